@@ -1,0 +1,1 @@
+"""One module or package per external system. Nothing here imports ``bot``."""

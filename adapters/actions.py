@@ -1,0 +1,87 @@
+"""The contract between the engine and every action an adapter provides.
+
+An action is a small object registered under a dotted name (``slurm.drain``,
+``host.run``). The engine knows nothing about Slurm or Kubernetes: it validates a
+step's ``with:`` mapping against the action's ``Arguments`` model, asks the action
+to ``plan()`` (the concrete operations an on-call engineer will recognise, e.g.
+``scontrol update NodeName=gpu07 State=DRAIN Reason="XID 79"``) and later to
+``run()``.
+
+Actions must be idempotent: ``run()`` reads the current state first, so running a
+step twice (after a crash between "started" and "finished") equals running it once.
+
+This module lives in ``adapters`` because adapters implement it and must never
+import ``bot``; the engine imports it from here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ActionError(Exception):
+    """An action failed; the message is shown to people verbatim, so make it say what to do."""
+
+
+class ActionTimeout(ActionError):
+    """An action did not finish before its deadline."""
+
+
+class StrictArguments(BaseModel):
+    """Base for every action's arguments: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What a step did: a one-line summary for people plus structured details for the audit log."""
+
+    summary: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    changed: bool = True
+
+
+@dataclass
+class ActionContext:
+    """What the engine hands an action at run time.
+
+    ``deadline`` is a ``time.monotonic()`` value: long-running actions must pass the
+    remaining time on to subprocesses and API calls. ``progress`` publishes a line
+    to the requester (terminal, chat thread). ``fencing_token`` is the token of the
+    execution's locks; adapters that support fencing pass it on.
+    """
+
+    execution_id: int
+    step_id: str
+    deadline: float
+    fencing_token: int = 0
+    progress: Callable[[str], None] = lambda line: None
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (never negative)."""
+        return max(0.0, self.deadline - time.monotonic())
+
+    def check_deadline(self, what: str) -> None:
+        if time.monotonic() >= self.deadline:
+            raise ActionTimeout(f"{self.step_id}: timed out while {what}")
+
+
+class Action(Protocol):
+    """One operation of an external system, as the engine sees it."""
+
+    name: ClassVar[str]
+    Arguments: ClassVar[type[StrictArguments]]
+
+    def plan(self, args: Any) -> list[str]:
+        """The concrete operations ``run`` would perform, one line each; no side effects."""
+        ...
+
+    def run(self, args: Any, ctx: ActionContext) -> ActionResult:
+        """Perform the operations; idempotent; raise ActionError on failure."""
+        ...

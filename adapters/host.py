@@ -1,0 +1,102 @@
+"""``host.run``: run an allow-listed command on the bot's host, as an argument list.
+
+Only commands named in the configuration can run, and a runbook names them by
+their configured name (``command: dcgm-diag``), never by a path. Arguments
+reach ``subprocess`` as a list: no shell is ever involved, so a parameter like
+``$(id)`` is just a string. Extra arguments are refused unless the configured
+command says ``accepts_args: true``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Mapping
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
+
+OUTPUT_LIMIT = 16_384  # characters of stdout/stderr kept in the audit log
+
+
+class HostCommand(BaseModel):
+    """An allow-listed command as the configuration declares it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    argv: list[str] = Field(min_length=1)
+    accepts_args: bool = False
+    timeout: float = Field(default=60.0, gt=0)
+    description: str = ""
+
+
+class HostRunArguments(StrictArguments):
+    command: str
+    args: list[str] = Field(default_factory=list)
+
+
+class HostRunAction:
+    name: ClassVar[str] = "host.run"
+    Arguments: ClassVar[type[StrictArguments]] = HostRunArguments
+
+    def __init__(self, commands: Mapping[str, HostCommand]) -> None:
+        self._commands = dict(commands)
+
+    def _argv(self, args: HostRunArguments) -> tuple[HostCommand, list[str]]:
+        command = self._commands.get(args.command)
+        if command is None:
+            allowed = ", ".join(sorted(self._commands)) or "none"
+            raise ActionError(
+                f'host command "{args.command}" is not allow-listed in the configuration '
+                f"(host_commands; allowed: {allowed})"
+            )
+        if args.args and not command.accepts_args:
+            raise ActionError(
+                f'host command "{args.command}" takes no extra arguments '
+                "(set accepts_args: true in its configuration to allow them)"
+            )
+        return command, [*command.argv, *args.args]
+
+    def plan(self, args: HostRunArguments) -> list[str]:
+        _, argv = self._argv(args)
+        return [f"run on the bot host: {shlex.join(argv)}"]
+
+    def run(self, args: HostRunArguments, ctx: ActionContext) -> ActionResult:
+        command, argv = self._argv(args)
+        timeout = min(command.timeout, ctx.remaining())
+        try:
+            done = subprocess.run(  # noqa: S603 - argv list from the allow-list, no shell
+                argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            )
+        except FileNotFoundError as exc:
+            raise ActionError(f"{shlex.join(argv)}: executable not found ({exc.filename})") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise ActionError(f"{shlex.join(argv)}: timed out after {timeout:.0f}s") from exc
+        details = {
+            "argv": argv,
+            "exit_code": done.returncode,
+            "stdout": done.stdout[-OUTPUT_LIMIT:],
+            "stderr": done.stderr[-OUTPUT_LIMIT:],
+        }
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+            raise ActionError(
+                f"{shlex.join(argv)} exited {done.returncode}: " + " | ".join(tail)
+            )
+        first = done.stdout.strip().splitlines()[:1]
+        return ActionResult(summary=first[0] if first else "exit 0", details=details)
+
+
+def run_check_command(command: HostCommand, timeout: float) -> tuple[int, str]:
+    """Run an allow-listed command for a check; returns (exit code, combined output tail)."""
+    try:
+        done = subprocess.run(  # noqa: S603 - argv list from the allow-list, no shell
+            command.argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except FileNotFoundError as exc:
+        raise ActionError(f"{shlex.join(command.argv)}: executable not found") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ActionError(f"{shlex.join(command.argv)}: timed out after {timeout:.0f}s") from exc
+    return done.returncode, (done.stdout + done.stderr)[-OUTPUT_LIMIT:]

@@ -1,0 +1,32 @@
+"""The action catalogue: every action a runbook step may name, built from the configuration.
+
+Implementations are passed in (tests hand over their own); ``from_config`` is the
+one place that decides which adapters a configured bot offers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from adapters.actions import Action, StrictArguments
+from adapters.host import HostRunAction
+from adapters.notify import NotifyAction
+from bot.config import Config
+
+
+class Catalogue:
+    def __init__(self, actions: Iterable[Action]) -> None:
+        self._actions = {action.name: action for action in actions}
+
+    def get(self, name: str) -> Action:
+        return self._actions[name]
+
+    def arguments(self) -> dict[str, type[StrictArguments]]:
+        return {name: action.Arguments for name, action in self._actions.items()}
+
+    def names(self) -> list[str]:
+        return sorted(self._actions)
+
+
+def from_config(config: Config) -> Catalogue:
+    return Catalogue([NotifyAction(), HostRunAction(config.host_commands)])

@@ -1,0 +1,100 @@
+"""Pre- and post-checks: evaluate a planned check and say what was seen.
+
+Checks fail closed: no data, an unreachable system or a kind this bot is not
+configured for fails the check with the reason; it never passes it. A check
+with ``for`` must hold at every poll for that long.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from adapters.actions import ActionError
+from adapters.host import HostCommand, run_check_command
+from bot.model import EXPECT
+from bot.planning import PlannedCheck
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    passed: bool
+    value: Any
+    detail: str
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Evaluator(Protocol):
+    def __call__(self, check: PlannedCheck, deadline: float) -> Outcome: ...
+
+
+def compare(value: float, expect: str) -> bool:
+    match = EXPECT.match(expect)
+    if match is None:
+        raise ValueError(f"bad expectation {expect!r}")
+    return _OPS[match.group(1)](value, float(match.group(2)))
+
+
+class CommandEvaluator:
+    """``command:`` checks: an allow-listed host command whose exit code is the value."""
+
+    def __init__(self, commands: Mapping[str, HostCommand]) -> None:
+        self._commands = commands
+
+    def __call__(self, check: PlannedCheck, deadline: float) -> Outcome:
+        name = str(check.spec["command"])
+        command = self._commands.get(name)
+        if command is None:
+            return Outcome(False, None, f'host command "{name}" is not allow-listed')
+        try:
+            code, output = run_check_command(
+                command, max(0.1, min(command.timeout, deadline - time.monotonic()))
+            )
+        except ActionError as exc:
+            return Outcome(False, None, str(exc))
+        passed = compare(code, check.expect or "== 0")
+        tail = output.strip().splitlines()[-1:] or [""]
+        return Outcome(passed, code, f"exit code {code} (expect {check.expect}) {tail[0]}".strip(),
+                       {"argv": command.argv, "output": output})
+
+
+class Checks:
+    """Evaluators by check kind; a kind with none configured fails closed."""
+
+    def __init__(
+        self, evaluators: Mapping[str, Evaluator], *, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
+        self._evaluators = dict(evaluators)
+        self._sleep = sleep
+
+    def evaluate(self, check: PlannedCheck, poll_seconds: float = 5.0) -> Outcome:
+        evaluator = self._evaluators.get(check.kind)
+        if evaluator is None:
+            return Outcome(
+                False, None, f"{check.kind} checks are not available in this configuration"
+            )
+        deadline = time.monotonic() + check.for_seconds + check.timeout_seconds
+        outcome = evaluator(check, deadline)
+        if not outcome.passed or check.for_seconds <= 0:
+            return outcome
+        held_until = time.monotonic() + check.for_seconds
+        while time.monotonic() < held_until:
+            self._sleep(min(poll_seconds, max(0.0, held_until - time.monotonic())))
+            outcome = evaluator(check, deadline)
+            if not outcome.passed:
+                return Outcome(False, outcome.value, f"stopped holding: {outcome.detail}",
+                               outcome.extra)
+        return Outcome(True, outcome.value, f"held for {check.for_seconds:g}s: {outcome.detail}",
+                       outcome.extra)

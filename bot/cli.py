@@ -1,0 +1,414 @@
+"""``runbook``: the command line. It only translates; bot.service does the work.
+
+Heavy modules (SQLAlchemy, pydantic, Jinja2) are imported inside the commands
+so that ``runbook --help`` starts fast.
+
+Exit codes: 0 success; 2 bad input or a refused request (nothing was done);
+1 the execution failed, was denied, expired or was cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bot.config import Config
+    from bot.service import Bot
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input on the command line: exit 2 with the message."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="runbook",
+        description="Run versioned, approved and audited runbooks on GPU clusters.",
+        epilog="Exit codes: 0 success, 2 bad input or refused (nothing done), "
+               "1 the execution failed or was denied.",
+    )
+    parser.add_argument("--config", help="configuration file (default: $RUNBOOK_CONFIG, "
+                                         "else built-in defaults)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=help_text)
+
+    add("list", "list the runbooks")
+    add("describe", "show a runbook's parameters, policy and steps").add_argument("name")
+    p = add("validate", "validate runbook files (default: the configured runbooks)")
+    p.add_argument("paths", nargs="*")
+    for name, text in (("plan", "print the plan and its hash; changes nothing"),
+                       ("run", "request an execution (prints its ID first)")):
+        p = add(name, text)
+        p.add_argument("name")
+        p.add_argument("params", nargs="*", metavar="key=value")
+        if name == "run":
+            p.add_argument("--wait", action="store_true",
+                           help="wait for approval and drive the execution to its end here")
+            p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+    for name, text in (("approve", "approve an execution"), ("deny", "deny an execution"),
+                       ("cancel", "cancel an execution (undoes completed steps)"),
+                       ("resume", "resume an execution held for a person")):
+        p = add(name, text)
+        p.add_argument("id", type=int)
+        p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+        if name == "deny":
+            p.add_argument("--reason")
+    add("status", "one execution's state").add_argument("id", type=int)
+    add("show", "one execution's timeline from the audit log").add_argument("id", type=int)
+    p = add("history", "past and current executions")
+    p.add_argument("--node")
+    p.add_argument("--runbook")
+    p.add_argument("--user")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    p = add("audit", "verify or export the audit log")
+    audit_sub = p.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
+    audit_sub.add_parser("verify", help="check the hash chain; exit 1 naming the first bad event")
+    e = audit_sub.add_parser("export", help="write events as JSON lines or CSV")
+    e.add_argument("--since", help="ISO date or time (UTC), inclusive")
+    e.add_argument("--until", help="ISO date or time (UTC), exclusive")
+    e.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
+    e.add_argument("--output", help="file to write (default: standard output)")
+    add("versions", "the versions of a runbook the bot has seen").add_argument("name")
+    p = add("diff", "what changed between two versions of a runbook")
+    p.add_argument("name")
+    p.add_argument("v1")
+    p.add_argument("v2")
+    p = add("engine", "drive approved and interrupted executions (the worker)")
+    p.add_argument("--once", action="store_true", help="return when nothing is left to run")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(_COMMANDS[args.command](args))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        code = _known_error(exc)
+        if code is None:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return code
+
+
+def _known_error(exc: Exception) -> int | None:
+    from bot.config import ConfigError
+    from bot.loading import RunbookError
+    from bot.params import ParamError
+    from bot.service import Refused
+    from bot.store.db import DatabaseError
+
+    if isinstance(exc, ConfigError | RunbookError | ParamError | Refused | DatabaseError):
+        return EXIT_BAD_INPUT
+    return None
+
+
+# --- wiring -------------------------------------------------------------------------------
+
+
+def _config(args: argparse.Namespace) -> Config:
+    from bot.config import load_config
+
+    return load_config(args.config)
+
+
+def _bot(args: argparse.Namespace) -> Bot:
+    from bot.service import Bot
+
+    return Bot.from_config(_config(args))
+
+
+def _user(args: argparse.Namespace, bot: Bot) -> str:
+    from bot.config import current_user
+
+    wanted = getattr(args, "as_user", None)
+    if wanted is None:
+        return current_user()
+    if not bot.config.lab:
+        raise UsageError("--as is only honoured when the configuration says lab: true")
+    return str(wanted)
+
+
+def _report(execution_id: int, line: str) -> None:
+    print(f"[{execution_id}] {line}", flush=True)
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    bot = _bot(args)
+    for name, loaded in sorted(bot.runbooks().items()):
+        rb = loaded.runbook
+        print(f"{name:<22} {rb.version:<10} {rb.risk:<7} {rb.summary}")
+    return EXIT_OK
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    from bot.planning import approval_policy
+    from bot.rendering import describe_text
+
+    bot = _bot(args)
+    loaded = bot.runbook(args.name)
+    print(describe_text(loaded, approval_policy(loaded.runbook, bot.config).describe()))
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from bot.catalogue import from_config
+    from bot.loading import load_all
+
+    config = _config(args)
+    paths = [Path(p) for p in args.paths] or config.runbook_paths
+    found = load_all(paths, from_config(config).arguments())
+    for name, loaded in sorted(found.items()):
+        print(f"ok  {loaded.path}  {name} {loaded.runbook.version}")
+    return EXIT_OK
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from bot.params import parse_assignments
+    from bot.rendering import plan_text
+
+    bot = _bot(args)
+    plan = bot.plan(args.name, parse_assignments(args.params))
+    print(plan_text(plan))
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from bot.params import ParamError, parse_assignments
+    from bot.service import Refused
+
+    bot = _bot(args)
+    user = _user(args, bot)
+    try:
+        raw = parse_assignments(args.params)
+    except ParamError as exc:  # still one audit event for the refused request
+        _refuse(bot, args.name, user, str(exc))
+        raise Refused(str(exc)) from exc
+    execution_id = bot.request(args.name, raw, user)
+    ex = bot.get(execution_id)
+    print(f"execution {execution_id}", flush=True)
+    print(f"{ex.runbook} {ex.version} requested by {user}; plan hash {ex.plan_hash}")
+    if ex.state == "awaiting_approval":
+        print(f"awaiting approval: {ex.plan.approval.describe()} "
+              f"(runbook approve {execution_id})", flush=True)
+    if not args.wait:
+        if ex.state == "approved":
+            print("queued: the engine runs it (runbook engine); follow with "
+                  f"`runbook status {execution_id}`")
+        return EXIT_OK
+    return _drive(bot, execution_id)
+
+
+def _refuse(bot: Bot, name: str, user: str, reason: str) -> None:
+    from bot import audit
+
+    with bot.engine.begin() as conn:
+        audit.append(conn, "refused", user, {"runbook": name[:64], "params": {}, "source": "cli",
+                                             "reason": reason[:2000]})
+
+
+def _drive(bot: Bot, execution_id: int) -> int:
+    from bot.engine import Engine
+
+    engine = Engine(bot, report=_report)
+    try:
+        ex = engine.drive(execution_id, wait_for_approval=True)
+        while not ex.terminal and ex.state != "held":  # another engine has it: follow it
+            engine.sleep(bot.config.engine.poll_seconds)
+            ex = engine.drive(execution_id, wait_for_approval=True)
+    finally:
+        engine.close()
+    print(f"execution {execution_id}: {ex.state}" + (f" — {ex.error}" if ex.error else ""))
+    return EXIT_OK if ex.state == "succeeded" else EXIT_FAILED
+
+
+def _decide(args: argparse.Namespace, verb: str) -> int:
+    bot = _bot(args)
+    user = _user(args, bot)
+    if verb == "approve":
+        ex = bot.approve(args.id, user)
+        got = len(bot.approvals(ex.id))
+        print(f"execution {ex.id}: approved by {user} ({got}/{ex.approvals_required}); "
+              f"now {ex.state}")
+    elif verb == "deny":
+        ex = bot.deny(args.id, user, args.reason)
+        print(f"execution {ex.id}: denied by {user}; nothing was run")
+    elif verb == "cancel":
+        ex = bot.cancel(args.id, user)
+        print(f"execution {ex.id}: " + ("cancelled" if ex.terminal else
+                                         "cancel requested: it stops at the next step "
+                                         "boundary and undoes completed steps"))
+    else:
+        ex = bot.resume(args.id, user)
+        print(f"execution {ex.id}: resume requested; the engine continues it")
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from bot.rendering import status_text
+
+    bot = _bot(args)
+    ex = bot.get(args.id)
+    print(status_text(ex, bot.approvals(ex.id)))
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from bot.rendering import status_text, timeline_text
+
+    bot = _bot(args)
+    ex, events = bot.timeline(args.id)
+    print(status_text(ex, bot.approvals(ex.id)))
+    print()
+    print(timeline_text(events))
+    return EXIT_OK
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    import json
+
+    from bot import executions
+
+    bot = _bot(args)
+    with bot.engine.connect() as conn:
+        found = executions.find(conn, runbook=args.runbook, user=args.user, limit=10_000)
+    if args.node:
+        found = [ex for ex in found if args.node in {str(v) for v in ex.params.values()}]
+    found = found[: args.limit]
+    if args.json:
+        print(json.dumps([_history_row(ex) for ex in found], indent=2))
+        return EXIT_OK
+    for ex in found:
+        row = _history_row(ex)
+        params = " ".join(f"{k}={v}" for k, v in ex.params.items())
+        print(f"{row['id']:>6}  {row['requested_at'][:19]}  {row['state']:<17} "
+              f"{row['runbook']:<18} {row['requested_by']:<10} {params}")
+    return EXIT_OK
+
+
+def _history_row(ex: Any) -> dict[str, Any]:
+    return {"id": ex.id, "runbook": ex.runbook, "version": ex.version, "state": ex.state,
+            "requested_by": ex.requested_by, "requested_at": ex.requested_at,
+            "finished_at": ex.finished_at, "params": ex.params, "error": ex.error}
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from bot import audit
+    from bot.store.db import connect
+
+    engine = connect(_config(args).resolved_database_url())
+    if args.audit_command == "verify":
+        verdict = audit.verify(engine)
+        if verdict.ok:
+            print(f"audit log intact: {verdict.events} events, head {verdict.head}")
+            return EXIT_OK
+        print(f"audit log BROKEN: {verdict.problem} (after {verdict.events} good events)")
+        return EXIT_FAILED
+    since, until = _iso(args.since), _iso(args.until)
+    with engine.connect() as conn:
+        rows = audit.events(conn, since=since, until=until)
+        if args.output:
+            with open(args.output, "w", newline="") as out:
+                count = audit.export(rows, out, args.format)
+            print(f"wrote {count} events to {args.output}", file=sys.stderr)
+        else:
+            audit.export(rows, sys.stdout, args.format)
+    return EXIT_OK
+
+
+def _iso(value: str | None) -> str | None:
+    from datetime import UTC, datetime
+
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f'"{value}" is not an ISO date or time (like 2026-11-30 or '
+                         "2026-11-30T10:00:00Z)") from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def cmd_versions(args: argparse.Namespace) -> int:
+    from bot import versions
+
+    bot = _bot(args)
+    bot.runbooks()
+    with bot.engine.connect() as conn:
+        found = versions.listing(conn, args.name)
+    if not found:
+        raise UsageError(f'the bot has never seen a runbook "{args.name}"')
+    for version in found:
+        print(f"{version.version:<12} sha256 {version.content_hash}  first seen "
+              f"{version.first_seen}")
+    return EXIT_OK
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from bot import versions
+
+    bot = _bot(args)
+    bot.runbooks()
+    with bot.engine.connect() as conn:
+        try:
+            text = versions.diff(conn, args.name, args.v1, args.v2)
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0])) from None
+    print(text or f"{args.name} {args.v1} and {args.v2} have the same text")
+    return EXIT_OK
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    from bot.engine import Engine
+
+    bot = _bot(args)
+    bot.runbooks()
+    engine = Engine(bot, report=_report)
+    try:
+        engine.run_pending(once=args.once)
+    finally:
+        engine.close()
+    return EXIT_OK
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "list": cmd_list,
+    "describe": cmd_describe,
+    "validate": cmd_validate,
+    "plan": cmd_plan,
+    "run": cmd_run,
+    "approve": lambda a: _decide(a, "approve"),
+    "deny": lambda a: _decide(a, "deny"),
+    "cancel": lambda a: _decide(a, "cancel"),
+    "resume": lambda a: _decide(a, "resume"),
+    "status": cmd_status,
+    "show": cmd_show,
+    "history": cmd_history,
+    "audit": cmd_audit,
+    "versions": cmd_versions,
+    "diff": cmd_diff,
+    "engine": cmd_engine,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The bot's configuration: one YAML file, validated by pydantic, every field optional.
+
+With no file at all the bot runs on a SQLite database in the user's state folder,
+with the runbooks shipped beside it and a small allow-list of harmless host
+commands, so ``runbook run selftest`` works on a fresh install.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from adapters.host import HostCommand
+
+CONFIG_ENV = "RUNBOOK_CONFIG"
+DB_URL_ENV = "RUNBOOK_DB_URL"
+
+
+class ConfigError(Exception):
+    """The configuration file is missing or wrong; the message says where and why."""
+
+
+class UserConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    groups: list[str] = Field(default_factory=list)
+
+
+class InventoryConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    nodes: list[str] = Field(default_factory=list)
+
+
+class EngineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    lease_seconds: float = Field(default=30.0, gt=0)  # a dead engine's executions move after this
+    poll_seconds: float = Field(default=1.0, gt=0)
+    lock_ttl_seconds: float = Field(default=4 * 3600.0, gt=0)
+    default_step_timeout: str = "1h"
+    retry_delay_seconds: float = Field(default=5.0, ge=0)
+
+
+def shipped_runbooks() -> Path:
+    """The runbooks that ship with the bot (wheel data, or the source checkout)."""
+    packaged = Path(__file__).parent / "_runbooks"
+    return packaged if packaged.is_dir() else Path(__file__).parent.parent / "runbooks"
+
+
+def default_database_url() -> str:
+    state = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
+    return f"sqlite:///{state / 'gpu-runbook-bot' / 'bot.db'}"
+
+
+def default_host_commands() -> dict[str, HostCommand]:
+    """Harmless commands the selftest runbook uses, allowed even with no configuration."""
+    return {
+        "selftest-uname": HostCommand(argv=["uname", "-sr"], description="kernel name/release"),
+        "selftest-python": HostCommand(
+            argv=[sys.executable, "-c", "import sys; print(sys.version.split()[0])"],
+            description="the bot's Python answers",
+        ),
+    }
+
+
+class Config(BaseModel):
+    """Everything the bot reads from its configuration file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lab: bool = False  # allows --as USER: for demos and tests only
+    database_url: str | None = None
+    runbook_paths: list[Path] = Field(default_factory=lambda: [shipped_runbooks()])
+    users: dict[str, UserConfig] = Field(default_factory=dict)
+    requesters: list[str] = Field(default_factory=lambda: ["*"])
+    approvers: list[str] = Field(default_factory=lambda: ["*"])  # when a runbook names none
+    approval_expires: str = "30m"
+    host_commands: dict[str, HostCommand] = Field(default_factory=default_host_commands)
+    inventory: InventoryConfig = Field(default_factory=InventoryConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    # Sections owned by adapters that later issues add; kept as data until then.
+    slurm: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("requesters", "approvers")
+    @classmethod
+    def _principals(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if item != "*" and not item.startswith(("group:", "user:")):
+                raise ValueError(f'"{item}" must be "*", "group:NAME" or "user:NAME"')
+        return value
+
+    def resolved_database_url(self) -> str:
+        return os.environ.get(DB_URL_ENV) or self.database_url or default_database_url()
+
+    def groups_of(self, user: str) -> set[str]:
+        entry = self.users.get(user)
+        return set(entry.groups) if entry else set()
+
+    def matches(self, user: str, principals: list[str]) -> bool:
+        """True when ``user`` is one of ``principals`` ("*", "user:X", "group:G")."""
+        groups = self.groups_of(user)
+        for item in principals:
+            kind, _, name = item.partition(":")
+            if item == "*" or (kind == "user" and name == user) or (
+                kind == "group" and name in groups
+            ):
+                return True
+        return False
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Load the file named by ``path`` or $RUNBOOK_CONFIG; no file means the defaults."""
+    chosen = path or os.environ.get(CONFIG_ENV)
+    if not chosen:
+        return Config()
+    file = Path(chosen)
+    try:
+        raw = yaml.safe_load(file.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration {file}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{file}: the configuration must be a mapping")
+    base = file.parent
+    if "runbook_paths" in raw and isinstance(raw["runbook_paths"], list):
+        raw["runbook_paths"] = [str(base / p) for p in raw["runbook_paths"]]
+    if isinstance(raw.get("host_commands"), dict):
+        raw["host_commands"] = {**default_host_commands(), **raw["host_commands"]}
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"{file}: {problems}") from exc
+
+
+def current_user() -> str:
+    """The OS user: the identity of a terminal request unless a lab config allows --as."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid{os.getuid()}"

@@ -1,0 +1,237 @@
+"""Planning: render a runbook with validated parameters into concrete operations.
+
+The plan is what people approve. It lists every step with its rendered
+arguments and the operations its action says it will perform, the undo of each
+step, the locks, the checks and the approval policy; its hash is the sha256 of
+its canonical JSON. An approval binds to that hash: if planning again at run
+time gives another hash, the approval no longer applies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from adapters.actions import ActionError
+from bot import templating
+from bot.audit import canonical
+from bot.catalogue import Catalogue
+from bot.config import Config
+from bot.durations import parse_duration
+from bot.loading import LoadedRunbook
+from bot.model import DEFAULT_REQUIRED, CheckSpec, Runbook
+from bot.params import Inventory, jsonable
+
+
+class PlanError(Exception):
+    """The runbook cannot be planned with these values; nothing was done."""
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    required: int
+    approvers: list[str]
+    self_approval: bool
+    expires_seconds: float
+
+    def describe(self) -> str:
+        if self.required == 0:
+            return "no approval needed"
+        who = ", ".join(self.approvers) or "anyone"
+        selfish = "" if self.self_approval else ", not the requester"
+        return f"{self.required} approval(s) from {who}{selfish}, within {self.expires_seconds:g}s"
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    action: str
+    args: dict[str, Any]
+    operations: list[str]
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    id: str
+    action: str
+    args: dict[str, Any]
+    operations: list[str]
+    skipped: bool
+    undo: PlannedCall | None
+    timeout_seconds: float
+    retries: int
+    retry_delay_seconds: float
+
+
+@dataclass(frozen=True)
+class PlannedCheck:
+    name: str
+    kind: str
+    spec: dict[str, Any]  # the rendered query / command / guard
+    expect: str | None
+    for_seconds: float
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    runbook: str
+    version: str
+    content_hash: str
+    risk: str
+    params: dict[str, Any]
+    locks: list[str]
+    approval: ApprovalPolicy
+    pre_checks: list[PlannedCheck]
+    steps: list[PlannedStep]
+    post_checks: list[PlannedCheck]
+    on_failure: str
+    hash: str = field(default="", compare=False)
+
+    def body(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("hash")
+        return data
+
+    def to_json(self) -> str:
+        return canonical({**self.body(), "hash": self.hash})
+
+
+def approval_policy(runbook: Runbook, config: Config) -> ApprovalPolicy:
+    spec = runbook.approval
+    if spec is None:
+        return ApprovalPolicy(
+            required=DEFAULT_REQUIRED[runbook.risk],
+            approvers=list(config.approvers),
+            self_approval=False,
+            expires_seconds=parse_duration(config.approval_expires),
+        )
+    return ApprovalPolicy(
+        required=spec.required,
+        approvers=list(spec.approvers) or list(config.approvers),
+        self_approval=spec.self_approval,
+        expires_seconds=parse_duration(spec.expires),
+    )
+
+
+def make_plan(
+    loaded: LoadedRunbook,
+    values: Mapping[str, Any],
+    inventory: Inventory,
+    catalogue: Catalogue,
+    config: Config,
+) -> Plan:
+    """Render every step; raises PlanError with the step and the reason."""
+    runbook = loaded.runbook
+    context = {**inventory.facts(), **values}
+    default_timeout = parse_duration(config.engine.default_step_timeout)
+    try:
+        locks = [str(templating.render(lock, context)) for lock in runbook.locks]
+        steps = [_plan_step(step, context, catalogue, default_timeout) for step in runbook.steps]
+        pre = [_plan_check(c, context) for c in runbook.pre_checks]
+        post = [_plan_check(c, context) for c in runbook.post_checks]
+    except templating.TemplateProblem as exc:
+        raise PlanError(str(exc)) from exc
+    plan = Plan(
+        runbook=runbook.name,
+        version=runbook.version,
+        content_hash=loaded.content_hash,
+        risk=runbook.risk,
+        params=jsonable(values),
+        locks=sorted(set(locks)),
+        approval=approval_policy(runbook, config),
+        pre_checks=pre,
+        steps=steps,
+        post_checks=post,
+        on_failure=runbook.on_failure,
+    )
+    return _with_hash(plan)
+
+
+def _with_hash(plan: Plan) -> Plan:
+    digest = hashlib.sha256(canonical(plan.body()).encode()).hexdigest()
+    return Plan(**{**plan.__dict__, "hash": digest})
+
+
+def plan_from_json(data: Mapping[str, Any]) -> Plan:
+    """The stored plan of an execution, as objects again."""
+
+    def check(item: Mapping[str, Any]) -> PlannedCheck:
+        return PlannedCheck(**item)
+
+    def step(item: Mapping[str, Any]) -> PlannedStep:
+        undo = item.get("undo")
+        return PlannedStep(**{**item, "undo": PlannedCall(**undo) if undo else None})
+
+    return Plan(
+        **{
+            **data,
+            "approval": ApprovalPolicy(**data["approval"]),
+            "pre_checks": [check(c) for c in data["pre_checks"]],
+            "steps": [step(s) for s in data["steps"]],
+            "post_checks": [check(c) for c in data["post_checks"]],
+        }
+    )
+
+
+def _plan_call(
+    step_id: str, action_name: str, raw: Mapping[str, Any], context: Mapping[str, Any],
+    catalogue: Catalogue,
+) -> PlannedCall:
+    action = catalogue.get(action_name)
+    rendered = templating.render(dict(raw), context)
+    try:
+        args = action.Arguments.model_validate(rendered)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise PlanError(f"step {step_id} ({action_name}): {problems}") from exc
+    try:
+        operations = action.plan(args)
+    except ActionError as exc:
+        raise PlanError(f"step {step_id} ({action_name}): {exc}") from exc
+    return PlannedCall(action_name, args.model_dump(mode="json"), operations)
+
+
+def _plan_step(
+    step: Any, context: Mapping[str, Any], catalogue: Catalogue, default_timeout: float
+) -> PlannedStep:
+    skipped = step.when is not None and not templating.condition(step.when, context)
+    if skipped:
+        call = PlannedCall(step.action, {}, [])
+        undo = None
+    else:
+        call = _plan_call(step.id, step.action, step.with_, context, catalogue)
+        undo = (
+            _plan_call(f"{step.id} (undo)", step.undo.action, step.undo.with_, context, catalogue)
+            if step.undo
+            else None
+        )
+    return PlannedStep(
+        id=step.id,
+        action=step.action,
+        args=call.args,
+        operations=call.operations,
+        skipped=skipped,
+        undo=undo,
+        timeout_seconds=parse_duration(step.timeout) if step.timeout else default_timeout,
+        retries=step.retries,
+        retry_delay_seconds=parse_duration(step.retry_delay),
+    )
+
+
+def _plan_check(check: CheckSpec, context: Mapping[str, Any]) -> PlannedCheck:
+    kind = check.kind
+    spec = {kind: templating.render(getattr(check, kind), context)}
+    return PlannedCheck(
+        name=check.name,
+        kind=kind,
+        spec=spec,
+        expect=check.expect,
+        for_seconds=parse_duration(check.for_) if check.for_ else 0.0,
+        timeout_seconds=parse_duration(check.timeout),
+    )

@@ -1,0 +1,250 @@
+"""The command handler: the one path every request takes, whoever asks and from where.
+
+The CLI, the chat surfaces, schedules and alerts all call these methods; they
+validate, plan, check permissions, take locks and record every decision in the
+audit log. Running the steps is the engine's job (bot.engine).
+
+Errors a person can fix are ``Refused`` (exit code 2 on the CLI): nothing was
+done, and a refused run request still leaves one audit event saying who asked
+for what and why it was refused.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+
+from bot import audit, executions, locking, params, versions
+from bot.catalogue import Catalogue
+from bot.checks import Checks, CommandEvaluator
+from bot.config import Config
+from bot.executions import Execution
+from bot.loading import LoadedRunbook, RunbookError, load_all
+from bot.planning import Plan, PlanError, make_plan
+from bot.store import db
+
+
+class Refused(Exception):
+    """The request cannot be done as asked; nothing was changed. The message says why."""
+
+
+@dataclass
+class Bot:
+    config: Config
+    engine: Engine
+    catalogue: Catalogue
+    checks: Checks
+    inventory: params.Inventory
+    _runbooks: dict[str, LoadedRunbook] | None = None
+
+    @classmethod
+    def from_config(cls, config: Config) -> Bot:
+        from bot.catalogue import from_config
+
+        nodes = frozenset(config.inventory.nodes)
+        return cls(
+            config=config,
+            engine=db.connect(config.resolved_database_url()),
+            catalogue=from_config(config),
+            checks=Checks({"command": CommandEvaluator(config.host_commands)}),
+            inventory=params.Inventory(nodes=nodes, slurm=nodes),
+        )
+
+    # --- runbooks -----------------------------------------------------------------
+
+    def runbooks(self, actor: str = "bot") -> dict[str, LoadedRunbook]:
+        """Every runbook, validated, with its version recorded (or refused on a conflict)."""
+        if self._runbooks is None:
+            found = load_all(self.config.runbook_paths, self.catalogue.arguments())
+            with self.engine.begin() as conn:
+                problems = []
+                for loaded in found.values():
+                    try:
+                        versions.record(conn, loaded, actor)
+                    except versions.VersionConflict as exc:
+                        problems.append(str(exc))
+                if problems:
+                    raise RunbookError(problems)
+            self._runbooks = found
+        return self._runbooks
+
+    def runbook(self, name: str) -> LoadedRunbook:
+        found = self.runbooks()
+        if name not in found:
+            hint = difflib.get_close_matches(name, sorted(found), n=1)
+            suggestion = f' (did you mean "{hint[0]}"?)' if hint else ""
+            raise Refused(
+                f'no runbook "{name[:64]}"{suggestion}; known: {", ".join(sorted(found))}'
+            )
+        return found[name]
+
+    # --- planning and requests ------------------------------------------------------
+
+    def plan(self, name: str, raw: Mapping[str, str]) -> Plan:
+        loaded = self.runbook(name)
+        try:
+            values = params.validate(loaded.runbook, raw, self.inventory)
+            return make_plan(loaded, values, self.inventory, self.catalogue, self.config)
+        except (params.ParamError, PlanError) as exc:
+            raise Refused(f"{name}: {exc}") from exc
+
+    def request(self, name: str, raw: Mapping[str, str], user: str, source: str = "cli") -> int:
+        """Validate, plan and record a run request; returns the execution ID."""
+        try:
+            return self._request(name, raw, user, source)
+        except (Refused, locking.LockConflict, RunbookError) as exc:
+            with self.engine.begin() as conn:
+                audit.append(conn, "refused", user, {
+                    "runbook": name[:64], "params": {k[:41]: _clip(v) for k, v in raw.items()},
+                    "source": source, "reason": str(exc)[:2000],
+                })
+            raise Refused(str(exc)) from exc
+
+    def _request(self, name: str, raw: Mapping[str, str], user: str, source: str) -> int:
+        if not self.config.matches(user, self.config.requesters):
+            raise Refused(f"{user} may not request runbooks (requesters: "
+                          f"{', '.join(self.config.requesters)})")
+        plan = self.plan(name, raw)
+        now = time.time()
+        deadline = now + plan.approval.expires_seconds if plan.approval.required else None
+        lock_until = max(now + self.config.engine.lock_ttl_seconds, (deadline or now) + 60)
+        loaded = self.runbook(name)
+        with self.engine.begin() as conn:
+            execution_id = executions.create(conn, plan, user, loaded.runbook.resume, deadline)
+            token = locking.acquire(conn, plan.locks, execution_id, user, lock_until, now)
+            executions.set_fields(conn, execution_id, fencing_token=token)
+            audit.append(conn, "requested", user, {
+                "runbook": plan.runbook, "version": plan.version,
+                "content_hash": plan.content_hash, "params": plan.params, "source": source,
+            }, execution_id)
+            audit.append(conn, "planned", user, {
+                "plan_hash": plan.hash, "locks": plan.locks, "fencing_token": token,
+                "approval": plan.approval.describe(),
+                "operations": [op for s in plan.steps for op in s.operations],
+            }, execution_id)
+        return execution_id
+
+    # --- decisions ----------------------------------------------------------------------
+
+    def approve(self, execution_id: int, user: str) -> Execution:
+        self.get(execution_id)  # ends it first if its approval window has passed
+        with self.engine.begin() as conn:
+            ex = self._awaiting(conn, execution_id, user, "approve")
+            policy = ex.plan.approval
+            problem = self._may_decide(ex, user)
+            already = executions.approvals_for(conn, ex.id, ex.plan_hash)
+            if problem is None and user in already:
+                problem = f"{user} has already approved execution {ex.id}"
+            if problem is not None:
+                audit.append(conn, "approval_refused", user, {"reason": problem}, ex.id)
+                refusal = Refused(problem)
+            else:
+                executions.record_decision(conn, ex.id, user, "approve", ex.plan_hash, None)
+                count = len(already) + 1
+                audit.append(conn, "approved", user, {
+                    "plan_hash": ex.plan_hash, "approvals": count, "required": policy.required,
+                }, ex.id)
+                if count >= policy.required:
+                    executions.set_fields(conn, ex.id, state="approved")
+                return executions.get(conn, ex.id)
+        raise refusal
+
+    def deny(self, execution_id: int, user: str, reason: str | None) -> Execution:
+        self.get(execution_id)
+        with self.engine.begin() as conn:
+            ex = self._awaiting(conn, execution_id, user, "deny")
+            problem = self._may_decide(ex, user, denying=True)
+            if problem is None:
+                executions.record_decision(conn, ex.id, user, "deny", ex.plan_hash, reason)
+                audit.append(conn, "denied", user, {"plan_hash": ex.plan_hash, "reason": reason},
+                             ex.id)
+                executions.finish(conn, ex, "denied", user, f"denied by {user}: {reason or ''}")
+                return executions.get(conn, ex.id)
+            audit.append(conn, "approval_refused", user, {"reason": problem}, ex.id)
+        raise Refused(problem)
+
+    def cancel(self, execution_id: int, user: str) -> Execution:
+        with self.engine.begin() as conn:
+            ex = self._get(conn, execution_id)
+            if ex.terminal:
+                raise Refused(f"execution {ex.id} has already ended ({ex.state})")
+            if user != ex.requested_by and not self.config.matches(user, ex.plan.approval.approvers):
+                raise Refused(f"{user} may not cancel execution {ex.id}: only its requester "
+                              f"({ex.requested_by}) or its approvers may")
+            audit.append(conn, "cancel_requested", user, {"state": ex.state}, ex.id)
+            if ex.state in ("awaiting_approval", "approved"):
+                executions.finish(conn, ex, "cancelled", user, f"cancelled by {user}")
+            elif ex.state == "held":
+                executions.set_fields(conn, ex.id, state="undoing", cancel_requested=True)
+            else:
+                executions.set_fields(conn, ex.id, cancel_requested=True)
+            return executions.get(conn, ex.id)
+
+    def resume(self, execution_id: int, user: str) -> Execution:
+        with self.engine.begin() as conn:
+            ex = self._get(conn, execution_id)
+            if ex.state != "held":
+                raise Refused(f"execution {ex.id} is {ex.state}, not held: nothing to resume")
+            if user != ex.requested_by and not self.config.matches(user, ex.plan.approval.approvers):
+                raise Refused(f"{user} may not resume execution {ex.id}")
+            executions.set_fields(conn, ex.id, state="running", resume_requested=True)
+            audit.append(conn, "resume_requested", user, {"stage": ex.stage}, ex.id)
+            return executions.get(conn, ex.id)
+
+    def _get(self, conn: Connection, execution_id: int) -> Execution:
+        try:
+            return executions.get(conn, execution_id)
+        except executions.NotFound as exc:
+            raise Refused(str(exc)) from exc
+
+    def _awaiting(self, conn: Connection, execution_id: int, user: str, verb: str) -> Execution:
+        ex = self._get(conn, execution_id)
+        if ex.state != "awaiting_approval":
+            raise Refused(f"execution {ex.id} is {ex.state}: there is nothing to {verb}")
+        return ex
+
+    def _may_decide(self, ex: Execution, user: str, denying: bool = False) -> str | None:
+        policy = ex.plan.approval
+        if not self.config.matches(user, policy.approvers):
+            return (f"{user} may not approve {ex.runbook}: its approvers are "
+                    f"{', '.join(policy.approvers)}")
+        if user == ex.requested_by and not policy.self_approval and not denying:
+            return f"{user} requested execution {ex.id} and may not approve it too"
+        return None
+
+    # --- reading ---------------------------------------------------------------------
+
+    def get(self, execution_id: int) -> Execution:
+        with self.engine.begin() as conn:
+            ex = self._get(conn, execution_id)
+            if ex.state == "awaiting_approval" and expire_if_due(conn, ex):
+                ex = executions.get(conn, ex.id)
+            return ex
+
+    def timeline(self, execution_id: int) -> tuple[Execution, list[dict[str, Any]]]:
+        with self.engine.connect() as conn:
+            ex = self._get(conn, execution_id)
+            return ex, list(audit.events(conn, execution_id=execution_id))
+
+    def approvals(self, execution_id: int) -> list[str]:
+        with self.engine.connect() as conn:
+            ex = self._get(conn, execution_id)
+            return executions.approvals_for(conn, ex.id, ex.plan_hash)
+
+
+def expire_if_due(conn: Connection, ex: Execution) -> bool:
+    """End an execution whose approval window has passed; True when it did."""
+    if ex.approval_deadline is None or ex.approval_deadline > time.time():
+        return False
+    audit.append(conn, "expired", "bot", {"deadline": ex.approval_deadline}, ex.id)
+    executions.finish(conn, ex, "expired", "bot", "no approval before the deadline")
+    return True
+
+
+def _clip(value: str, limit: int = 200) -> str:
+    return value if len(value) <= limit else value[:limit] + f"… ({len(value)} characters)"

@@ -1,0 +1,1 @@
+"""The bot's state: SQLAlchemy Core tables, the database connection and its migrations."""

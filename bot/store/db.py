@@ -1,0 +1,96 @@
+"""Connecting to the database and bringing its schema up to date.
+
+SQLite (the default) gets WAL and ``BEGIN IMMEDIATE`` so that writers from
+several processes (an engine, a person approving from another terminal)
+serialise instead of failing with "database is locked"; PostgreSQL serialises
+the audit chain with an advisory lock (see bot.audit).
+
+Migrations run through Alembic, but only when the database is behind: the
+check is one query, so commands stay quick to start.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy.engine import make_url
+
+HEAD_REVISION = "0001"
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class DatabaseError(Exception):
+    """The database cannot be reached or prepared; the message says which and why."""
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def connect(url: str, *, migrate: bool = True) -> Engine:
+    """An Engine for ``url`` with the schema at the head revision."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = _sqlite_engine(url)
+    else:
+        if parsed.drivername == "postgresql":  # psycopg 3 rather than psycopg2
+            url = str(parsed.set(drivername="postgresql+psycopg").render_as_string(False))
+        engine = create_engine(url, pool_pre_ping=True)
+    if migrate:
+        upgrade(engine)
+    return engine
+
+
+def _sqlite_engine(url: str) -> Engine:
+    database = make_url(url).database
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # let BEGIN below be ours
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        if not inspect(conn).has_table("alembic_version"):
+            return None
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def upgrade(engine: Engine) -> None:
+    """Run Alembic migrations up to head when the database is behind."""
+    try:
+        if current_revision(engine) == HEAD_REVISION:
+            return
+        from alembic import command
+        from alembic.config import Config as AlembicConfig
+
+        config = AlembicConfig()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+    except Exception as exc:  # any driver error: say which database and why
+        if isinstance(exc, DatabaseError):
+            raise
+        raise DatabaseError(
+            f"cannot prepare the database {engine.url.render_as_string(hide_password=True)}: "
+            f"{exc}"
+        ) from exc

@@ -1,0 +1,91 @@
+"""Templates in runbooks render in Jinja2's sandbox, from validated values only.
+
+``StrictUndefined`` turns a typo into an error instead of an empty string, and
+``variables()`` lets the loader refuse a template that names anything but the
+runbook's parameters and the inventory facts. A template that is exactly one
+expression (``"{{ timeout }}"``) yields the value itself, not its text, so an
+integer stays an integer on its way to an action.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateError, meta
+from jinja2.sandbox import SandboxedEnvironment
+
+FACTS = ("nodes", "slurm", "kubernetes")  # inventory facts a template may use
+_SINGLE = re.compile(r"^\{\{\s*(.+?)\s*\}\}$", re.DOTALL)
+
+
+class TemplateProblem(Exception):
+    """A template cannot be parsed or rendered."""
+
+
+_env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+
+def is_template(text: str) -> bool:
+    return "{{" in text or "{%" in text
+
+
+def variables(text: str) -> set[str]:
+    """Names a template reads from its context."""
+    try:
+        return set(meta.find_undeclared_variables(_env.parse(text)))
+    except TemplateError as exc:
+        raise TemplateProblem(f"template {text!r}: {exc}") from exc
+
+
+@lru_cache(maxsize=4096)
+def _expression(source: str) -> Any:
+    return _env.compile_expression(source, undefined_to_none=False)
+
+
+@lru_cache(maxsize=4096)
+def _template(source: str) -> Any:
+    return _env.from_string(source)
+
+
+def render(value: Any, context: Mapping[str, Any]) -> Any:
+    """Render every template string inside ``value`` (str, list or mapping)."""
+    if isinstance(value, str):
+        return _render_text(value, context)
+    if isinstance(value, list):
+        return [render(item, context) for item in value]
+    if isinstance(value, dict):
+        return {key: render(item, context) for key, item in value.items()}
+    return value
+
+
+def _render_text(text: str, context: Mapping[str, Any]) -> Any:
+    if not is_template(text):
+        return text
+    try:
+        single = _SINGLE.match(text)
+        if single and "{{" not in single.group(1) and "}}" not in single.group(1):
+            return _expression(single.group(1))(**context)
+        return _template(text).render(**context)
+    except TemplateError as exc:
+        raise TemplateProblem(f"template {text!r}: {exc}") from exc
+
+
+def condition(text: str, context: Mapping[str, Any]) -> bool:
+    """Evaluate a ``when:`` condition; it must come out true or false."""
+    single = _SINGLE.match(text.strip())
+    source = single.group(1) if single else text
+    try:
+        result = _expression(source)(**context)
+    except TemplateError as exc:
+        raise TemplateProblem(f"condition {text!r}: {exc}") from exc
+    if not isinstance(result, bool):
+        raise TemplateProblem(f"condition {text!r} gave {result!r}, not true or false")
+    return result
+
+
+def condition_variables(text: str) -> set[str]:
+    single = _SINGLE.match(text.strip())
+    return variables("{{ " + (single.group(1) if single else text) + " }}")

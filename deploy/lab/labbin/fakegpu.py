@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Fake GPU tools for the lab: dcgmi, nvidia-smi and lab-driver-install.
+
+Copied to $LAB/bin with one symlink per tool name; the name picks the tool.
+The node comes from SLURMD_NODENAME (srun sets it) and its behaviour from
+$LAB/faults/<node>.json, written by `deploy/lab/lab fault`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+LAB = Path(__file__).resolve().parent.parent
+FAULTS = LAB / "faults"
+DEFAULT_DRIVER = "535.161.08"
+GPUS = 8
+ROW = "| {:<25} | {:<46} |"
+RULE = "+---------------------------+------------------------------------------------+"
+
+
+def node() -> str:
+    name = os.environ.get("SLURMD_NODENAME") or os.environ.get("LAB_NODE")
+    if not name:
+        sys.exit(f"{Path(sys.argv[0]).name}: no SLURMD_NODENAME: run me on a lab node via srun")
+    return name
+
+
+def faults(name: str) -> dict:
+    try:
+        return json.loads((FAULTS / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def driver(name: str) -> str:
+    return str(faults(name).get("driver", DEFAULT_DRIVER))
+
+
+def section(title: str) -> str:
+    return f"|-----  {title}  ".ljust(28, "-") + "+" + "-" * 48 + "|"
+
+
+def dcgmi(args: list[str]) -> int:
+    if not args or args[0] != "diag":
+        if args[:2] == ["discovery", "-l"]:
+            print(f"{GPUS} GPUs found.")
+            for i in range(GPUS):
+                print(f"| {i}      | Device Information: NVIDIA H100 80GB HBM3")
+            return 0
+        print("dcgmi (lab fake): only 'diag -r N' and 'discovery -l' are supported", file=sys.stderr)
+        return 2
+    name = node()
+    fault = faults(name)
+    failing = fault.get("health") == "fail"
+    bad_gpu = int(fault.get("gpu", 3))
+    memory = f"Fail - GPU: {bad_gpu}" if failing else "Pass - All"
+    remap = f"Fail - GPU: {bad_gpu}" if failing else "Pass"
+    lines = [
+        "Successfully ran diagnostic for group.",
+        RULE,
+        ROW.format("Diagnostic", "Result"),
+        RULE.replace("-", "="),
+        section("Metadata"),
+        ROW.format("DCGM Version", "3.3.5"),
+        ROW.format("Driver Version Detected", driver(name)),
+        ROW.format("GPU Device IDs Detected", ",".join(["2330"] * GPUS)),
+        section("Deployment"),
+        *(ROW.format(check, "Pass") for check in (
+            "Denylist", "NVML Library", "CUDA Main Library", "Permissions and OS Blocks",
+            "Persistence Mode", "Environment Variables")),
+        ROW.format("Page Retirement/Row Remap", remap),
+        ROW.format("Graphics Processes", "Pass"),
+        ROW.format("Inforom", "Pass"),
+        section("Integration"),
+        ROW.format("PCIe", "Pass - All"),
+        section("Hardware"),
+        ROW.format("GPU Memory", memory),
+    ]
+    if failing:
+        lines.append(ROW.format("Warning", f"GPU {bad_gpu} Row remap failure on {name}:"))
+        lines.append(ROW.format("", "uncorrectable memory errors; drain the node"))
+    lines.append(RULE)
+    print("\n".join(lines))
+    return 1 if failing else 0
+
+
+def nvidia_smi(args: list[str]) -> int:
+    version = driver(node())
+    if any(a.startswith("--query-gpu=") for a in args):
+        fields = next(a for a in args if a.startswith("--query-gpu=")).split("=", 1)[1].split(",")
+        values = {"driver_version": version, "name": "NVIDIA H100 80GB HBM3"}
+        for i in range(GPUS):
+            print(", ".join(values.get(f, str(i) if f == "index" else "[N/A]") for f in fields))
+        return 0
+    if "-L" in args:
+        for i in range(GPUS):
+            print(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-00000000000{i})")
+        return 0
+    print(f"NVIDIA-SMI {version}    Driver Version: {version}    CUDA Version: 12.4")
+    return 0
+
+
+def driver_install(args: list[str]) -> int:
+    """The site's driver command in the lab: records VERSION for this node."""
+    if len(args) != 1:
+        print("usage: lab-driver-install VERSION", file=sys.stderr)
+        return 2
+    name = node()
+    data = faults(name) | {"node": name, "driver": args[0]}
+    FAULTS.mkdir(exist_ok=True)
+    tmp = FAULTS / f".{name}.json.{os.getpid()}"
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.replace(FAULTS / f"{name}.json")
+    print(f"{name}: driver {args[0]} installed")
+    return 0
+
+
+TOOLS = {"dcgmi": dcgmi, "nvidia-smi": nvidia_smi, "lab-driver-install": driver_install}
+
+if __name__ == "__main__":
+    tool = TOOLS.get(Path(sys.argv[0]).name)
+    if tool is None:
+        sys.exit(f"call me as one of {sorted(TOOLS)}")
+    sys.exit(tool(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""Helpers for deploy/lab/lab: a throw-away Slurm + MariaDB lab on loopback."""

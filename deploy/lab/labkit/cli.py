@@ -1,0 +1,358 @@
+"""The `lab` command: up, down, status, env, fault, driver, service."""
+from __future__ import annotations
+
+import argparse
+import json
+import fcntl
+import os
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from . import daemons as d
+from . import faults, packages, procs, render
+from .layout import (
+    ACCOUNT, CLUSTER, DEFAULT_DRIVER, DEFAULT_NODES, GPU_TYPE, GPUS_PER_NODE, MAX_NODES,
+    MAX_SOCKET_PATH, PARTITION, QOS, Layout, LabError, Ports, lab_dir, node_names, pick_ports,
+)
+
+# Scale labs define many nodes but run slurmd for only the first few.
+ALL_SLURMD_UP_TO = 16
+SCALE_SLURMD = 4
+# Stop order: clients of a daemon go before the daemon.
+STOP_GROUPS = [["slurmrestd"], ["slurmd-*"], ["slurmctld"], ["slurmdbd"], ["mariadb"], ["munge"]]
+
+
+def registry(layout: Layout, ports: Ports, nodes: list[str], started: list[str]) -> list[d.Daemon]:
+    """Every daemon of the lab, in start order."""
+    return [
+        d.munge(layout),
+        d.mariadb(layout, ports),
+        d.slurmdbd(layout, ports),
+        d.slurmctld(layout, ports),
+        *(d.slurmd(layout, ports, n, nodes.index(n)) for n in started),
+        d.slurmrestd(layout, ports),
+    ]
+
+
+@contextmanager
+def locked(layout: Layout) -> Iterator[None]:
+    """Serialise up/down/service so parallel callers (CI, xdist) don't race."""
+    layout.root.mkdir(parents=True, exist_ok=True)
+    with open(layout.root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def running_daemons(layout: Layout, info: dict) -> dict[str, int]:
+    names = list(info.get("daemons", {})) or [p.stem for p in layout.pids.glob("*.pid")]
+    return {n: pid for n in names if (pid := procs.running_pid(layout, n))}
+
+
+def ports_of(info: dict) -> Ports:
+    return Ports(info["port_base"], len(info["nodes"]))
+
+
+# --- up --------------------------------------------------------------------
+
+def plan(layout: Layout, info: dict, nodes_arg: int | None, slurmd_arg: int | None) -> dict:
+    """Reuse a running lab's shape; otherwise pick nodes and free ports."""
+    if running_daemons(layout, info):
+        if nodes_arg not in (None, len(info["nodes"])):
+            raise LabError(f"lab at {layout.root} runs {len(info['nodes'])} nodes; "
+                           "run `lab down` before changing --nodes")
+        return info
+    count = nodes_arg or len(info.get("nodes", [])) or DEFAULT_NODES
+    if not 1 <= count <= MAX_NODES:
+        raise LabError(f"--nodes must be between 1 and {MAX_NODES}")
+    nodes = node_names(count)
+    default_started = count if count <= ALL_SLURMD_UP_TO else SCALE_SLURMD
+    started = nodes[: min(slurmd_arg or default_started, count)]
+    ports = pick_ports(layout.root, count, info.get("port_base"))
+    return base_info(layout, ports, nodes, started)
+
+
+def base_info(layout: Layout, ports: Ports, nodes: list[str], started: list[str]) -> dict:
+    return {
+        "state": "starting",
+        "lab_dir": str(layout.root),
+        "slurm_conf": str(layout.slurm_conf),
+        "bot_config": str(layout.bot_yaml),
+        "bin_dir": str(layout.bin),
+        "faults_dir": str(layout.faults),
+        "log_dir": str(layout.log),
+        "cluster": CLUSTER, "partition": PARTITION, "account": ACCOUNT, "qos": QOS,
+        "user": "root", "gpu_type": GPU_TYPE, "gpus_per_node": GPUS_PER_NODE,
+        "default_driver_version": DEFAULT_DRIVER,
+        "nodes": nodes, "slurmd_nodes": started,
+        "port_base": ports.base,
+        "ports": {
+            **{name: ports.service(name) for name in ("slurmctld", "slurmdbd", "slurmrestd", "mariadb")},
+            "slurmd": {n: ports.slurmd(i) for i, n in enumerate(nodes)},
+        },
+        "munge": {"socket": str(layout.munge_socket), "key": str(layout.etc / "munge.key")},
+        "mariadb": {
+            "socket": str(layout.mariadb_socket), "host": "127.0.0.1",
+            "port": ports.service("mariadb"), "user": render.MARIADB_USER,
+            "password": render.MARIADB_PASSWORD, "database": render.MARIADB_DATABASE,
+            "admin_user": "root (unix socket auth, as OS root)",
+        },
+        "slurmrestd": {"url": f"http://127.0.0.1:{ports.service('slurmrestd')}"},
+    }
+
+
+def write_secret(path: Path, size: int) -> None:
+    """Random key, mode 0600 from the start (Slurm refuses readable keys)."""
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_bytes(os.urandom(size))
+
+
+def check_socket_paths(layout: Layout) -> None:
+    for path in (layout.munge_socket, layout.mariadb_socket):
+        if len(str(path)) > MAX_SOCKET_PATH:
+            raise LabError(f"socket path too long for unix sockets: {path}; "
+                           "use a shorter RUNBOOK_LAB_DIR")
+
+
+def bring_up(layout: Layout, info: dict) -> list[str]:
+    """Start whatever is not running, in dependency order. Returns started names."""
+    ports, nodes = ports_of(info), info["nodes"]
+    everything = registry(layout, ports, nodes, info["slurmd_nodes"])
+    by_name = {daemon.name: daemon for daemon in everything}
+    started = []
+    for name in ("munge", "mariadb", "slurmdbd", "slurmctld"):
+        if d.start(layout, by_name[name]):
+            started.append(name)
+        if name == "mariadb":
+            d.grant_slurm_user(layout)
+        if name == "slurmdbd":
+            d.ensure_accounting(layout)
+    slurmds = [x for x in everything if x.name.startswith("slurmd-")]
+    launched = [(x, *d.launch(layout, x)) for x in slurmds]  # all at once, then wait
+    for daemon, pid, was_started in launched:
+        d.wait_for(daemon.ready, f"{daemon.name} (node idle in sinfo)", daemon.logs, pid=pid)
+        if was_started:
+            started.append(daemon.name)
+    if d.start(layout, by_name["slurmrestd"]):
+        started.append("slurmrestd")
+    return started
+
+
+def finish_info(layout: Layout, info: dict) -> dict:
+    token, expires = d.make_token(layout)
+    url = info["slurmrestd"]["url"]
+    info["slurmrestd"]["api_version"] = d.rest_api_version(url, token)
+    info["jwt"] = {"user": "root", "token": token, "expires_at": expires, "key_file": str(layout.jwt_key)}
+    version = d.run(["sinfo", "--version"]).stdout.split()
+    info["slurm_version"] = version[-1] if version else "unknown"
+    info["daemons"] = daemon_table(layout, info)
+    info["state"] = "up"
+    return info
+
+
+def daemon_table(layout: Layout, info: dict) -> dict:
+    everything = registry(layout, ports_of(info), info["nodes"], info["slurmd_nodes"])
+    return {
+        x.name: {"pid": procs.running_pid(layout, x.name), "port": x.port,
+                 "logs": [str(p) for p in x.logs]}
+        for x in everything
+    }
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    layout = Layout(lab_dir())
+    began = time.monotonic()
+    with locked(layout):
+        packages.ensure_packages(allow_install=not args.no_install)
+        info = plan(layout, layout.read_info(), args.nodes, args.slurmd)
+        check_socket_paths(layout)
+        layout.make_dirs()
+        if not running_daemons(layout, info):
+            render.write_slurm_files(layout, ports_of(info), info["nodes"])
+            write_secret(layout.jwt_key, 32)
+        faults.install_tools(layout)
+        info["daemons"] = daemon_table(layout, info)  # lets `down` clean up a failed start
+        layout.write_info(info)
+        started = bring_up(layout, info)
+        info = finish_info(layout, info)
+        layout.write_info(info)
+        layout.bot_yaml.write_text(render.bot_yaml(layout, info["nodes"], ports_of(info),
+                                                   info["slurmrestd"]["url"]))
+    took = time.monotonic() - began
+    if started:
+        print(f"lab up at {layout.root}: {len(info['nodes'])} nodes, "
+              f"{len(info['slurmd_nodes'])} slurmd, started {len(started)} daemons in {took:.1f}s")
+    else:
+        print(f"lab already running at {layout.root} ({len(info['nodes'])} nodes); nothing to do")
+    print(f"  eval \"$({shlex.quote(sys.argv[0])} env)\"")
+    return 0
+
+
+# --- down ------------------------------------------------------------------
+
+def stop_names(layout: Layout, info: dict) -> list[list[str]]:
+    names = set(info.get("daemons", {})) | {p.stem for p in layout.pids.glob("*.pid")}
+    groups = []
+    for group in STOP_GROUPS:
+        wanted = [n for n in sorted(names) if any(
+            n == g or (g.endswith("*") and n.startswith(g[:-1])) for g in group)]
+        groups.append(wanted)
+    return groups
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    layout = Layout(lab_dir())
+    if not layout.root.exists():
+        print(f"no lab at {layout.root}")
+        return 0
+    with locked(layout):
+        info = layout.read_info()
+        running = running_daemons(layout, info)
+        for group in stop_names(layout, info):
+            procs.stop(layout, group)
+        leftovers = procs.sweep(layout)
+        if info:
+            info["state"] = "down"
+            info["daemons"] = daemon_table(layout, info) if "nodes" in info else {}
+            layout.write_info(info)
+    print(f"lab at {layout.root}: stopped {len(running)} daemons"
+          + (f" and {len(leftovers)} leftover processes" if leftovers else ""))
+    if args.purge:
+        purge(layout)
+    return 0
+
+
+def purge(layout: Layout) -> None:
+    # Refuse to delete anything that does not look like a lab folder.
+    if not (layout.lab_json.exists() or layout.pids.is_dir()):
+        raise LabError(f"{layout.root} does not look like a lab folder; not deleting it")
+    shutil.rmtree(layout.root)
+    print(f"removed {layout.root}")
+
+
+# --- status / env / fault / driver / service ---------------------------------
+
+def cmd_status(args: argparse.Namespace) -> int:
+    layout = Layout(lab_dir())
+    info = layout.read_info()
+    if "nodes" not in info:
+        print(f"no lab at {layout.root}")
+        return 1
+    all_up = True
+    print(f"lab at {layout.root}")
+    for name, entry in daemon_table(layout, info).items():
+        pid, port = entry["pid"], entry["port"]
+        all_up &= pid is not None
+        state = f"running  pid {pid:<7}" if pid else "stopped           "
+        print(f"  {name:<16} {state} port {port if port else '-'}")
+    if procs.running_pid(layout, "slurmctld"):
+        out = d.run(["sinfo"], env=d.slurm_env(layout))
+        print(out.stdout.rstrip() or out.stderr.rstrip())
+    return 0 if all_up else 1
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    layout = Layout(lab_dir())
+    exports = {
+        "SLURM_CONF": str(layout.slurm_conf),
+        "RUNBOOK_LAB_DIR": str(layout.root),
+        "RUNBOOK_CONFIG": str(layout.bot_yaml),
+    }
+    for key, value in exports.items():
+        print(f"export {key}={shlex.quote(value)}")
+    print(f"export PATH={shlex.quote(str(layout.bin))}:\"$PATH\"")
+    return 0
+
+
+def known_node(layout: Layout, node: str) -> None:
+    nodes = layout.read_info().get("nodes")
+    if nodes and node not in nodes:
+        raise LabError(f"unknown node {node!r}; lab nodes are {nodes[0]}..{nodes[-1]}")
+
+
+def cmd_fault(args: argparse.Namespace) -> int:
+    layout = Layout(lab_dir())
+    known_node(layout, args.node)
+    data = faults.apply(layout, args.node, args.pairs)
+    print(json.dumps(data or {"node": args.node}, sort_keys=True))
+    return 0
+
+
+def cmd_driver(args: argparse.Namespace) -> int:
+    layout = Layout(lab_dir())
+    known_node(layout, args.node)
+    print(faults.driver(layout, args.node))
+    return 0
+
+
+def cmd_service(args: argparse.Namespace) -> int:
+    layout = Layout(lab_dir())
+    info = layout.read_info()
+    if "nodes" not in info:
+        raise LabError(f"no lab at {layout.root}; run `lab up` first")
+    everything = registry(layout, ports_of(info), info["nodes"], info["slurmd_nodes"])
+    by_name = {x.name: x for x in everything}
+    daemon = by_name.get(args.name)
+    if daemon is None:
+        raise LabError(f"unknown service {args.name!r}; one of {', '.join(by_name)}")
+    if args.action == "status":
+        pid = procs.running_pid(layout, daemon.name)
+        print(f"{daemon.name}: " + (f"running pid {pid}" if pid else "stopped"))
+        return 0 if pid else 1
+    with locked(layout):
+        if args.action in ("stop", "restart"):
+            procs.stop(layout, [daemon.name])
+        if args.action in ("start", "restart"):
+            d.start(layout, daemon)
+            if daemon.name == "slurmctld":
+                # Wait until the slurmds re-registered, so callers see a usable cluster.
+                for x in everything:
+                    if x.name.startswith("slurmd-") and procs.running_pid(layout, x.name):
+                        d.wait_for(x.ready, x.name, x.logs)
+        info["daemons"] = daemon_table(layout, info)
+        layout.write_info(info)
+    print(f"{daemon.name}: {args.action} done")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lab", description="Local Slurm + MariaDB lab on loopback.")
+    sub = p.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the lab (idempotent)")
+    up.add_argument("--nodes", type=int, help=f"nodes in slurm.conf (default {DEFAULT_NODES})")
+    up.add_argument("--slurmd", type=int, help=f"slurmd to start (default: all up to "
+                    f"{ALL_SLURMD_UP_TO} nodes, else {SCALE_SLURMD})")
+    up.add_argument("--no-install", action="store_true", help="never apt-get install")
+    up.set_defaults(func=cmd_up)
+    down = sub.add_parser("down", help="stop the lab's daemons")
+    down.add_argument("--purge", action="store_true", help="also delete the lab folder")
+    down.set_defaults(func=cmd_down)
+    sub.add_parser("status", help="daemons and sinfo; exit 1 unless all up").set_defaults(func=cmd_status)
+    sub.add_parser("env", help="shell exports: eval \"$(lab env)\"").set_defaults(func=cmd_env)
+    fault = sub.add_parser("fault", help="NODE key=value... | NODE clear")
+    fault.add_argument("node")
+    fault.add_argument("pairs", nargs="+", metavar="key=value",
+                       help="health=fail|pass, driver=VERSION, gpu=N, any key=value, or clear")
+    fault.set_defaults(func=cmd_fault)
+    drv = sub.add_parser("driver", help="print the driver version NODE reports")
+    drv.add_argument("node")
+    drv.set_defaults(func=cmd_driver)
+    svc = sub.add_parser("service", help="stop|start|restart|status one lab daemon")
+    svc.add_argument("name", help="slurmdbd, slurmctld, slurmrestd, mariadb, munge, slurmd-gpuNN")
+    svc.add_argument("action", choices=["stop", "start", "restart", "status"])
+    svc.set_defaults(func=cmd_service)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except LabError as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,64 @@
+"""Per-node faults as small JSON files under $LAB/faults/, plus the fake tools."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from .layout import DEFAULT_DRIVER, Layout, LabError
+
+FAKE_TOOLS = Path(__file__).resolve().parent.parent / "labbin" / "fakegpu.py"
+TOOL_NAMES = ["dcgmi", "nvidia-smi", "lab-driver-install"]
+CHOICES = {"health": {"pass", "fail"}}
+
+
+def install_tools(layout: Layout) -> None:
+    target = layout.bin / "fakegpu.py"
+    shutil.copyfile(FAKE_TOOLS, target)
+    target.chmod(0o755)
+    for name in TOOL_NAMES:
+        link = layout.bin / name
+        if not link.is_symlink():
+            link.symlink_to("fakegpu.py")
+
+
+def fault_file(layout: Layout, node: str) -> Path:
+    return layout.faults / f"{node}.json"
+
+
+def read(layout: Layout, node: str) -> dict:
+    try:
+        return json.loads(fault_file(layout, node).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def parse(pairs: list[str]) -> dict[str, str]:
+    updates: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise LabError(f"expected key=value, got {pair!r}")
+        allowed = CHOICES.get(key)
+        if allowed and value not in allowed:
+            raise LabError(f"{key} must be one of {sorted(allowed)}")
+        updates[key] = value
+    return updates
+
+
+def apply(layout: Layout, node: str, pairs: list[str]) -> dict:
+    """Merge key=value pairs into the node's faults; `clear` removes them."""
+    if pairs == ["clear"]:
+        fault_file(layout, node).unlink(missing_ok=True)
+        return {}
+    data = read(layout, node) | parse(pairs) | {"node": node}
+    layout.faults.mkdir(parents=True, exist_ok=True)
+    tmp = layout.faults / f".{node}.json.{os.getpid()}"
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.replace(fault_file(layout, node))
+    return data
+
+
+def driver(layout: Layout, node: str) -> str:
+    return str(read(layout, node).get("driver", DEFAULT_DRIVER))

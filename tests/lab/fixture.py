@@ -1,0 +1,128 @@
+"""Session-scoped pytest fixture `lab`: one real Slurm lab per test session.
+
+Load it with `pytest -p tests.lab.fixture` or `pytest_plugins = ["tests.lab.fixture"]`
+in a conftest. `lab up` runs once; `lab down` runs at the end of the session
+(unless the lab was already running before the session, or RUNBOOK_LAB_KEEP=1).
+Daemon output never reaches pytest's stdout/stderr: everything is captured.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_CMD = REPO / "deploy" / "lab" / "lab"
+UP_TIMEOUT = 600  # generous: the first run may apt-get install packages
+TAIL_LINES = 30
+
+
+@dataclass
+class Lab:
+    """A running lab: parsed lab.json plus an environment for its clients."""
+
+    info: dict[str, Any]
+    env: dict[str, str] = field(repr=False)
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.info["lab_dir"])
+
+    def __getitem__(self, key: str) -> Any:
+        return self.info[key]
+
+    def run(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run a client command (sinfo, srun, ...) against the lab."""
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=timeout, check=False)
+
+    def lab(self, *args: str, timeout: float = UP_TIMEOUT) -> subprocess.CompletedProcess[str]:
+        """Run `deploy/lab/lab ARGS` for this lab."""
+        return lab_command(*args, env=self.env, timeout=timeout)
+
+    def reload(self) -> None:
+        self.info = json.loads((self.dir / "lab.json").read_text())
+
+
+def lab_command(*args: str, env: dict[str, str] | None = None,
+                timeout: float = UP_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(LAB_CMD), *args], env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=timeout, check=False)
+
+
+def client_env(info: dict[str, Any], base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.pop("SLURM_JWT", None)  # would switch Slurm clients from munge to JWT
+    env.update(
+        SLURM_CONF=info["slurm_conf"],
+        RUNBOOK_LAB_DIR=info["lab_dir"],
+        RUNBOOK_CONFIG=info["bot_config"],
+        PATH=f"{info['bin_dir']}{os.pathsep}{env.get('PATH', os.defpath)}",
+    )
+    return env
+
+
+def lab_log_tails(lab: Lab | dict[str, Any] | str | Path, lines: int = TAIL_LINES) -> str:
+    """The last lines of every daemon log of a lab (a Lab, its lab.json dict, or its folder)."""
+    if isinstance(lab, Lab):
+        folder = lab.dir
+    elif isinstance(lab, dict):
+        folder = Path(lab["lab_dir"])
+    else:
+        folder = Path(lab)
+    logs = sorted((folder / "log").glob("*.log")) + sorted((folder / "log").glob("*.out"))
+    parts = []
+    for log in logs:
+        text = log.read_text(errors="replace").splitlines()[-lines:]
+        if text:
+            parts.append(f"--- {log.name} ---\n" + "\n".join(text))
+    return "\n".join(parts) or f"(no daemon logs under {folder / 'log'})"
+
+
+def lab_dir(env: dict[str, str] | None = None) -> Path:
+    """The lab folder `lab env` reports for this environment."""
+    for line in lab_command("env", env=env).stdout.splitlines():
+        words = shlex.split(line)
+        if len(words) == 2 and words[1].startswith("RUNBOOK_LAB_DIR="):
+            return Path(words[1].split("=", 1)[1])
+    raise RuntimeError("`lab env` printed no RUNBOOK_LAB_DIR")
+
+
+def start_lab(env: dict[str, str] | None = None, *up_args: str) -> Lab:
+    """`lab up`; on failure stop what started and fail with the daemon logs."""
+    env = dict(os.environ if env is None else env)
+    result = lab_command("up", *up_args, env=env)
+    folder = lab_dir(env)
+    if result.returncode != 0:
+        tails = lab_log_tails(folder)
+        lab_command("down", env=env)
+        pytest.fail(f"lab up failed ({result.returncode}):\n{result.stdout}{result.stderr}\n{tails}",
+                    pytrace=False)
+    info = json.loads((folder / "lab.json").read_text())
+    return Lab(info=info, env=client_env(info, env))
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[Lab]:
+    was_running = lab_command("status").returncode == 0
+    handle = start_lab()
+    yield handle
+    if not was_running and os.environ.get("RUNBOOK_LAB_KEEP") != "1":
+        lab_command("down", env=handle.env)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Attach the daemon log tails to every failing test that used the lab."""
+    outcome = yield
+    report = outcome.get_result()
+    handle = getattr(item, "funcargs", {}).get("lab")
+    if report.failed and isinstance(handle, Lab):
+        report.sections.append(("lab daemon logs", lab_log_tails(handle)))
