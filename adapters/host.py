@@ -67,7 +67,7 @@ class HostRunAction:
         command, argv = self._argv(args)
         timeout = min(command.timeout, ctx.remaining())
         try:
-            done = subprocess.run(  # noqa: S603 - argv list from the allow-list, no shell
+            done = subprocess.run(
                 argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
             )
         except FileNotFoundError as exc:
@@ -92,7 +92,7 @@ class HostRunAction:
 def run_check_command(command: HostCommand, timeout: float) -> tuple[int, str]:
     """Run an allow-listed command for a check; returns (exit code, combined output tail)."""
     try:
-        done = subprocess.run(  # noqa: S603 - argv list from the allow-list, no shell
+        done = subprocess.run(
             command.argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
         )
     except FileNotFoundError as exc:

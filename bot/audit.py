@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _PART = re.compile(r"(\d+)(ms|s|m|h|d)")
@@ -13,20 +14,30 @@ def parse_duration(text: str | int | float) -> float:
     if isinstance(text, bool):
         raise ValueError("a duration is a number with a unit, like 90s, 30m, 2h or 1h30m")
     if isinstance(text, int | float):
+        if not math.isfinite(text):
+            raise ValueError("a duration must be a finite number of seconds")
         if text < 0:
             raise ValueError("a duration cannot be negative")
         return float(text)
+    if not isinstance(text, str):
+        raise ValueError("a duration is a number with a unit, like 90s, 30m, 2h or 1h30m")
     raw = text.strip()
     pos, total = 0, 0.0
     for match in _PART.finditer(raw):
         if match.start() != pos:
             break
-        total += int(match.group(1)) * _UNITS[match.group(2)]
+        try:
+            total += int(match.group(1)) * _UNITS[match.group(2)]
+        except (ValueError, OverflowError):  # more digits than a number can hold
+            total = math.inf
         pos = match.end()
     if not raw or pos != len(raw):
         raise ValueError(
-            f'"{text[:40]}" is not a duration: write a number with a unit, like 90s, 30m, 2h or 1h30m'
+            f'"{text[:40]}" is not a duration: write a number with a unit, '
+            "like 90s, 30m, 2h or 1h30m"
         )
+    if not math.isfinite(total):
+        raise ValueError(f'"{text[:40]}" is too long a duration')
     return total
 
 

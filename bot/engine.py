@@ -411,7 +411,8 @@ class Engine:
             audit.append(conn, "undo_started", ENGINE, {"reason": reason}, ex.id)
         self.report(ex.id, f"undoing completed steps: {reason}")
         states = self._states(ex)
-        undone, failed = [], []
+        undone: list[str] = []
+        failed: list[str] = []
         for position in reversed(range(len(ex.plan.steps))):
             step = ex.plan.steps[position]
             done = states.get(("do", step.id))

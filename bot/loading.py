@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +20,12 @@ import yaml
 from pydantic import ValidationError
 
 from adapters.actions import StrictArguments
-from bot import templating
+from bot import params, templating
 from bot.model import CheckSpec, Runbook
 
 Path_ = tuple[str | int, ...]
+MAX_NODES = 50_000  # YAML nodes in one file, aliases expanded: a runbook is far smaller
+MAX_DEPTH = 64  # nesting of mappings and lists
 
 
 class RunbookError(Exception):
@@ -57,13 +60,20 @@ def load_text(
     where = _Locator(path, lines)
     if not isinstance(data, dict):
         raise RunbookError([where.at((), "a runbook file must be a mapping")])
+    plain = list(_plain_data_problems(data, (), where))
+    if plain:
+        raise RunbookError(plain)
     try:
         runbook = Runbook.model_validate(data)
     except ValidationError as exc:
         raise RunbookError(
             [where.at(tuple(e["loc"]), _pydantic_message(e)) for e in exc.errors()]
         ) from exc
-    problems = _check_actions(runbook, catalogue, where) + _check_templates(runbook, where)
+    problems = (
+        _check_defaults(runbook, where)
+        + _check_actions(runbook, catalogue, where)
+        + _check_templates(runbook, where)
+    )
     if problems:
         raise RunbookError(problems)
     digest = hashlib.sha256(canonical_json(data).encode()).hexdigest()
@@ -115,14 +125,22 @@ def load_all(
 
 
 def _parse_yaml(source: str, path: Path) -> tuple[Any, dict[Path_, int]]:
-    loader = yaml.SafeLoader(source)
+    try:
+        loader = yaml.SafeLoader(source)
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow
+        line = source.count("\n", 0, exc.position) + 1
+        raise RunbookError(
+            [f"{path}:{line}: not valid YAML: character #x{exc.character:04x} is not allowed"]
+        ) from exc
     try:
         node = loader.get_single_node()
         if node is None:
             raise RunbookError([f"{path}: the file is empty"])
         lines: dict[Path_, int] = {}
-        _walk(node, (), lines, path)
+        _walk(node, (), lines, path, set(), [0])
         return loader.construct_document(node), lines
+    except RecursionError as exc:
+        raise RunbookError([f"{path}: the YAML is nested too deeply"]) from exc
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 0
         raise RunbookError([f"{path}:{line}: not valid YAML: {exc.problem}"]) from exc
@@ -132,8 +150,27 @@ def _parse_yaml(source: str, path: Path) -> tuple[Any, dict[Path_, int]]:
         loader.dispose()
 
 
-def _walk(node: yaml.Node, at: Path_, lines: dict[Path_, int], path: Path) -> None:
-    lines[at] = node.start_mark.line + 1
+def _walk(
+    node: yaml.Node,
+    at: Path_,
+    lines: dict[Path_, int],
+    path: Path,
+    ancestors: set[int],
+    count: list[int],
+) -> None:
+    count[0] += 1
+    if count[0] > MAX_NODES:
+        raise RunbookError([f"{path}: too large (more than {MAX_NODES} YAML values with aliases)"])
+    if len(at) > MAX_DEPTH:
+        line = node.start_mark.line + 1
+        raise RunbookError([f"{path}:{line}: nested more than {MAX_DEPTH} levels deep"])
+    if id(node) in ancestors:
+        line = node.start_mark.line + 1
+        raise RunbookError([f"{path}:{line}: an alias refers to a value that contains it"])
+    lines.setdefault(at, node.start_mark.line + 1)
+    if not isinstance(node, yaml.MappingNode | yaml.SequenceNode):
+        return
+    ancestors = ancestors | {id(node)}
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
@@ -143,11 +180,10 @@ def _walk(node: yaml.Node, at: Path_, lines: dict[Path_, int], path: Path) -> No
                 raise RunbookError([f'{path}:{line}: "{key}" appears twice in the same mapping'])
             seen.add(key)
             lines[(*at, key)] = key_node.start_mark.line + 1
-            _walk(value_node, (*at, key), lines, path)
-            lines[(*at, key)] = key_node.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
+            _walk(value_node, (*at, key), lines, path, ancestors, count)
+    else:
         for index, item in enumerate(node.value):
-            _walk(item, (*at, index), lines, path)
+            _walk(item, (*at, index), lines, path, ancestors, count)
 
 
 @dataclass(frozen=True)
@@ -165,6 +201,24 @@ class _Locator:
         return f"{prefix}: {field}: {message}" if field else f"{prefix}: {message}"
 
 
+def _plain_data_problems(value: Any, at: Path_, where: _Locator) -> Iterable[str]:
+    """Runbooks hold JSON's kinds of values only: no dates, sets, binary, NaN or non-text keys."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                yield where.at(at, f"the key {key!r} must be text (quote it)")
+            else:
+                yield from _plain_data_problems(item, (*at, key), where)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _plain_data_problems(item, (*at, index), where)
+    elif isinstance(value, float) and not math.isfinite(value):
+        yield where.at(at, f"{value} is not a number a runbook can use")
+    elif value is not None and not isinstance(value, str | int | float):
+        kind = type(value).__name__
+        yield where.at(at, f"a {kind} value is not allowed here (quote it to make it text)")
+
+
 def _dotted(loc: Path_) -> str:
     text = ""
     for part in loc:
@@ -180,6 +234,17 @@ def _pydantic_message(error: Any) -> str:
 
 
 # --- actions and templates ---------------------------------------------------
+
+
+def _check_defaults(runbook: Runbook, where: _Locator) -> list[str]:
+    """A default must pass its own parameter's validation, or no run could ever start."""
+    problems: list[str] = []
+    for name, spec in runbook.params.items():
+        if spec.default is not None and spec.type != "node":
+            problem = params.default_problem(spec)
+            if problem:
+                problems.append(where.at(("params", name, "default"), problem))
+    return problems
 
 
 def _check_actions(

@@ -57,7 +57,12 @@ class ParamSpec(Strict):
         if self.required and self.default is not None:
             raise ValueError("a required parameter cannot have a default")
         if self.pattern is not None:
-            re.compile(self.pattern)
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(
+                    f'pattern "{self.pattern}" is not a regular expression: {exc}'
+                ) from exc
         return self
 
 
@@ -134,7 +139,7 @@ class StepSpec(Strict):
     @field_validator("id")
     @classmethod
     def _id(cls, value: str) -> str:
-        if not STEP_ID.match(value):
+        if not STEP_ID.fullmatch(value):
             raise ValueError("a step id is lower-case letters, digits, - and _")
         return value
 
@@ -157,14 +162,14 @@ class Runbook(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not NAME.match(value):
+        if not NAME.fullmatch(value):
             raise ValueError("a runbook name is lower-case letters, digits and -")
         return value
 
     @field_validator("version")
     @classmethod
     def _version(cls, value: str) -> str:
-        if not SEMVER.match(value):
+        if not SEMVER.fullmatch(value):
             raise ValueError(f'version "{value}" is not semver (MAJOR.MINOR.PATCH)')
         return value
 
@@ -172,18 +177,21 @@ class Runbook(Strict):
     @classmethod
     def _param_names(cls, value: dict[str, ParamSpec]) -> dict[str, ParamSpec]:
         for key in value:
-            if not re.match(r"^[a-z][a-z0-9_]{0,40}$", key):
+            if not re.fullmatch(r"[a-z][a-z0-9_]{0,40}", key):
                 raise ValueError(f'parameter name "{key}" must be lower-case letters, digits, _')
         return value
 
-    @model_validator(mode="after")
-    def _unique_steps(self) -> Runbook:
-        seen: set[str] = set()
-        for step in self.steps:
+    @field_validator("steps")
+    @classmethod
+    def _unique_steps(cls, value: list[StepSpec]) -> list[StepSpec]:
+        seen: dict[str, int] = {}
+        for index, step in enumerate(value):
             if step.id in seen:
-                raise ValueError(f'step id "{step.id}" is used twice')
-            seen.add(step.id)
-        return self
+                raise ValueError(
+                    f'step id "{step.id}" is used twice (steps[{seen[step.id]}] and steps[{index}])'
+                )
+            seen[step.id] = index
+        return value
 
 
 DEFAULT_REQUIRED = {"low": 0, "medium": 1, "high": 2}

@@ -23,7 +23,8 @@ KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
 NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 VERSION = re.compile(r"^\d+(?:\.\d+){0,3}(?:[-+][0-9A-Za-z.-]{1,40})?$")
 SHELLISH = re.compile(r"[`$;|&<>\\]")
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# C0/C1 controls (tab and newline aside), line separators and bidi overrides that can disguise text
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 TRUE = {"true", "yes", "on", "1"}
 FALSE = {"false", "no", "off", "0"}
 
@@ -71,7 +72,7 @@ def parse_assignments(words: Iterable[str]) -> dict[str, str]:
         key, sep, value = word.partition("=")
         if not sep:
             problems.append(f'"{_short(word)}" is not key=value (for example node=gpu07)')
-        elif not KEY.match(key):
+        elif not KEY.fullmatch(key):
             problems.append(f'"{_short(key)}" is not a parameter name')
         elif key in values:
             problems.append(f"{key} is given twice")
@@ -104,6 +105,13 @@ def validate(runbook: Runbook, raw: Mapping[str, Any], inventory: Inventory) -> 
     if problems:
         raise ParamError(problems)
     return values
+
+
+def default_problem(spec: ParamSpec) -> str | None:
+    """Why ``spec.default`` would be refused (a node default is checked per run), or None."""
+    problems: list[str] = []
+    _convert("default", spec, spec.default, Inventory(), problems)
+    return problems[0].removeprefix("default: ") if problems else None
 
 
 def jsonable(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,7 +164,7 @@ def _text(spec: ParamSpec, value: Any, _: Inventory) -> str:
 
 def _node(spec: ParamSpec, value: Any, inventory: Inventory) -> str:
     text = str(value)
-    if not NODE.match(text):
+    if not NODE.fullmatch(text):
         raise ValueError(
             f'"{_short(text)}" is not a node name (letters, digits, . _ -; at most 63)'
         )
@@ -207,7 +215,7 @@ def _enum(spec: ParamSpec, value: Any, _: Inventory) -> str:
 
 def _version(spec: ParamSpec, value: Any, _: Inventory) -> str:
     text = str(value)
-    if not VERSION.match(text):
+    if not VERSION.fullmatch(text):
         raise ValueError(f'"{_short(text)}" is not a version like 550.54.15')
     return text
 

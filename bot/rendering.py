@@ -115,5 +115,5 @@ def _event_detail(event: dict[str, Any]) -> str:
         params = " ".join(f"{k}={_value(v)}" for k, v in data["params"].items())
         return f"{data['runbook']} {data['version']} {params} (sha256 {data['content_hash'][:12]})"
     if kind == "finished":
-        return data["state"] + (f": {data['error']}" if data.get("error") else "")
+        return str(data["state"]) + (f": {data['error']}" if data.get("error") else "")
     return json.dumps(data, sort_keys=True)[:300]

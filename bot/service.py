@@ -173,7 +173,7 @@ class Bot:
             ex = self._get(conn, execution_id)
             if ex.terminal:
                 raise Refused(f"execution {ex.id} has already ended ({ex.state})")
-            if user != ex.requested_by and not self.config.matches(user, ex.plan.approval.approvers):
+            if not self._may_steer(ex, user):
                 raise Refused(f"{user} may not cancel execution {ex.id}: only its requester "
                               f"({ex.requested_by}) or its approvers may")
             audit.append(conn, "cancel_requested", user, {"state": ex.state}, ex.id)
@@ -190,7 +190,7 @@ class Bot:
             ex = self._get(conn, execution_id)
             if ex.state != "held":
                 raise Refused(f"execution {ex.id} is {ex.state}, not held: nothing to resume")
-            if user != ex.requested_by and not self.config.matches(user, ex.plan.approval.approvers):
+            if not self._may_steer(ex, user):
                 raise Refused(f"{user} may not resume execution {ex.id}")
             executions.set_fields(conn, ex.id, state="running", resume_requested=True)
             audit.append(conn, "resume_requested", user, {"stage": ex.stage}, ex.id)
@@ -207,6 +207,10 @@ class Bot:
         if ex.state != "awaiting_approval":
             raise Refused(f"execution {ex.id} is {ex.state}: there is nothing to {verb}")
         return ex
+
+    def _may_steer(self, ex: Execution, user: str) -> bool:
+        """Cancel and resume: the requester or one of the runbook's approvers."""
+        return user == ex.requested_by or self.config.matches(user, ex.plan.approval.approvers)
 
     def _may_decide(self, ex: Execution, user: str, denying: bool = False) -> str | None:
         policy = ex.plan.approval

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError, meta
+from jinja2 import StrictUndefined, TemplateError, Undefined, meta
 from jinja2.sandbox import SandboxedEnvironment
 
 FACTS = ("nodes", "slurm", "kubernetes")  # inventory facts a template may use
@@ -67,18 +67,34 @@ def _render_text(text: str, context: Mapping[str, Any]) -> Any:
     try:
         single = _SINGLE.match(text)
         if single and "{{" not in single.group(1) and "}}" not in single.group(1):
-            return _expression(single.group(1))(**context)
+            return _defined(_expression(single.group(1))(**context))
         return _template(text).render(**context)
     except TemplateError as exc:
         raise TemplateProblem(f"template {text!r}: {exc}") from exc
 
 
-def condition(text: str, context: Mapping[str, Any]) -> bool:
-    """Evaluate a ``when:`` condition; it must come out true or false."""
+def _defined(result: Any) -> Any:
+    """An expression's value; an undefined one (a typo, an unsafe attribute) raises its error."""
+    if isinstance(result, Undefined):
+        str(result)  # StrictUndefined raises UndefinedError or SecurityError here
+        raise TemplateProblem(f"undefined value: {result!r}")  # pragma: no cover
+    return result
+
+
+def _condition_source(text: str) -> str:
+    """The one expression of a ``when:`` (``"{{ x }}"`` or bare ``x``)."""
     single = _SINGLE.match(text.strip())
     source = single.group(1) if single else text
+    if "{{" in source or "}}" in source or "{%" in source:
+        raise TemplateProblem(f"condition {text!r}: must be one expression, like {{{{ x == 1 }}}}")
+    return source
+
+
+def condition(text: str, context: Mapping[str, Any]) -> bool:
+    """Evaluate a ``when:`` condition; it must come out true or false."""
+    source = _condition_source(text)
     try:
-        result = _expression(source)(**context)
+        result = _defined(_expression(source)(**context))
     except TemplateError as exc:
         raise TemplateProblem(f"condition {text!r}: {exc}") from exc
     if not isinstance(result, bool):
@@ -87,5 +103,9 @@ def condition(text: str, context: Mapping[str, Any]) -> bool:
 
 
 def condition_variables(text: str) -> set[str]:
-    single = _SINGLE.match(text.strip())
-    return variables("{{ " + (single.group(1) if single else text) + " }}")
+    source = _condition_source(text)
+    try:
+        _expression(source)
+    except TemplateError as exc:
+        raise TemplateProblem(f"condition {text!r}: {exc}") from exc
+    return variables("{{ " + source + " }}")

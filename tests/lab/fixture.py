@@ -11,7 +11,7 @@ import json
 import os
 import shlex
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,8 +103,8 @@ def start_lab(env: dict[str, str] | None = None, *up_args: str) -> Lab:
     if result.returncode != 0:
         tails = lab_log_tails(folder)
         lab_command("down", env=env)
-        pytest.fail(f"lab up failed ({result.returncode}):\n{result.stdout}{result.stderr}\n{tails}",
-                    pytrace=False)
+        output = f"{result.stdout}{result.stderr}"
+        pytest.fail(f"lab up failed ({result.returncode}):\n{output}\n{tails}", pytrace=False)
     info = json.loads((folder / "lab.json").read_text())
     return Lab(info=info, env=client_env(info, env))
 
@@ -118,11 +118,13 @@ def lab() -> Iterator[Lab]:
         lab_command("down", env=handle.env)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """Attach the daemon log tails to every failing test that used the lab."""
-    outcome = yield
-    report = outcome.get_result()
+    report = yield
     handle = getattr(item, "funcargs", {}).get("lab")
     if report.failed and isinstance(handle, Lab):
         report.sections.append(("lab daemon logs", lab_log_tails(handle)))
+    return report

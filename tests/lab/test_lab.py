@@ -5,6 +5,7 @@ import json
 import os
 import tempfile
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from tests.lab.fixture import Lab, lab_command, start_lab
 pytestmark = pytest.mark.lab
 
 
-def node_state(node: dict) -> set[str]:
+def node_state(node: dict[str, Any]) -> set[str]:
     """22.05: `state` is the base state, flags apart; 24.11: `state` is a list."""
     state = node.get("state", [])
     states = [state] if isinstance(state, str) else list(state)

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 LAB = Path(__file__).resolve().parent.parent
 FAULTS = LAB / "faults"
@@ -27,9 +28,10 @@ def node() -> str:
     return name
 
 
-def faults(name: str) -> dict:
+def faults(name: str) -> dict[str, Any]:
     try:
-        return json.loads((FAULTS / f"{name}.json").read_text())
+        data: dict[str, Any] = json.loads((FAULTS / f"{name}.json").read_text())
+        return data
     except (OSError, ValueError):
         return {}
 
@@ -49,7 +51,8 @@ def dcgmi(args: list[str]) -> int:
             for i in range(GPUS):
                 print(f"| {i}      | Device Information: NVIDIA H100 80GB HBM3")
             return 0
-        print("dcgmi (lab fake): only 'diag -r N' and 'discovery -l' are supported", file=sys.stderr)
+        print("dcgmi (lab fake): only 'diag -r N' and 'discovery -l' are supported",
+              file=sys.stderr)
         return 2
     name = node()
     fault = faults(name)
@@ -96,7 +99,8 @@ def nvidia_smi(args: list[str]) -> int:
         return 0
     if "-L" in args:
         for i in range(GPUS):
-            print(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-00000000000{i})")
+            uuid = f"GPU-00000000-0000-0000-0000-{i:012d}"
+            print(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: {uuid})")
         return 0
     print(f"NVIDIA-SMI {version}    Driver Version: {version}    CUDA Version: 12.4")
     return 0

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import fcntl
+import json
 import os
 import shlex
 import shutil
@@ -16,8 +16,24 @@ from pathlib import Path
 from . import daemons as d
 from . import faults, packages, procs, render
 from .layout import (
-    ACCOUNT, CLUSTER, DEFAULT_DRIVER, DEFAULT_NODES, GPU_TYPE, GPUS_PER_NODE, MAX_NODES,
-    MAX_SOCKET_PATH, PARTITION, QOS, Layout, LabError, Ports, lab_dir, node_names, pick_ports,
+    ACCOUNT,
+    CLUSTER,
+    DEFAULT_DRIVER,
+    DEFAULT_NODES,
+    GPU_TYPE,
+    GPUS_PER_NODE,
+    MAX_NODES,
+    MAX_SOCKET_PATH,
+    PARTITION,
+    QOS,
+    SERVICE_OFFSETS,
+    Info,
+    LabError,
+    Layout,
+    Ports,
+    lab_dir,
+    node_names,
+    pick_ports,
 )
 
 # Scale labs define many nodes but run slurmd for only the first few.
@@ -48,18 +64,18 @@ def locked(layout: Layout) -> Iterator[None]:
         yield
 
 
-def running_daemons(layout: Layout, info: dict) -> dict[str, int]:
+def running_daemons(layout: Layout, info: Info) -> dict[str, int]:
     names = list(info.get("daemons", {})) or [p.stem for p in layout.pids.glob("*.pid")]
     return {n: pid for n in names if (pid := procs.running_pid(layout, n))}
 
 
-def ports_of(info: dict) -> Ports:
+def ports_of(info: Info) -> Ports:
     return Ports(info["port_base"], len(info["nodes"]))
 
 
 # --- up --------------------------------------------------------------------
 
-def plan(layout: Layout, info: dict, nodes_arg: int | None, slurmd_arg: int | None) -> dict:
+def plan(layout: Layout, info: Info, nodes_arg: int | None, slurmd_arg: int | None) -> Info:
     """Reuse a running lab's shape; otherwise pick nodes and free ports."""
     if running_daemons(layout, info):
         if nodes_arg not in (None, len(info["nodes"])):
@@ -76,7 +92,7 @@ def plan(layout: Layout, info: dict, nodes_arg: int | None, slurmd_arg: int | No
     return base_info(layout, ports, nodes, started)
 
 
-def base_info(layout: Layout, ports: Ports, nodes: list[str], started: list[str]) -> dict:
+def base_info(layout: Layout, ports: Ports, nodes: list[str], started: list[str]) -> Info:
     return {
         "state": "starting",
         "lab_dir": str(layout.root),
@@ -91,7 +107,7 @@ def base_info(layout: Layout, ports: Ports, nodes: list[str], started: list[str]
         "nodes": nodes, "slurmd_nodes": started,
         "port_base": ports.base,
         "ports": {
-            **{name: ports.service(name) for name in ("slurmctld", "slurmdbd", "slurmrestd", "mariadb")},
+            **{name: ports.service(name) for name in SERVICE_OFFSETS},
             "slurmd": {n: ports.slurmd(i) for i, n in enumerate(nodes)},
         },
         "munge": {"socket": str(layout.munge_socket), "key": str(layout.etc / "munge.key")},
@@ -119,7 +135,7 @@ def check_socket_paths(layout: Layout) -> None:
                            "use a shorter RUNBOOK_LAB_DIR")
 
 
-def bring_up(layout: Layout, info: dict) -> list[str]:
+def bring_up(layout: Layout, info: Info) -> list[str]:
     """Start whatever is not running, in dependency order. Returns started names."""
     ports, nodes = ports_of(info), info["nodes"]
     everything = registry(layout, ports, nodes, info["slurmd_nodes"])
@@ -143,11 +159,12 @@ def bring_up(layout: Layout, info: dict) -> list[str]:
     return started
 
 
-def finish_info(layout: Layout, info: dict) -> dict:
+def finish_info(layout: Layout, info: Info) -> Info:
     token, expires = d.make_token(layout)
     url = info["slurmrestd"]["url"]
     info["slurmrestd"]["api_version"] = d.rest_api_version(url, token)
-    info["jwt"] = {"user": "root", "token": token, "expires_at": expires, "key_file": str(layout.jwt_key)}
+    info["jwt"] = {"user": "root", "token": token, "expires_at": expires,
+                   "key_file": str(layout.jwt_key)}
     version = d.run(["sinfo", "--version"]).stdout.split()
     info["slurm_version"] = version[-1] if version else "unknown"
     info["daemons"] = daemon_table(layout, info)
@@ -155,7 +172,7 @@ def finish_info(layout: Layout, info: dict) -> dict:
     return info
 
 
-def daemon_table(layout: Layout, info: dict) -> dict:
+def daemon_table(layout: Layout, info: Info) -> Info:
     everything = registry(layout, ports_of(info), info["nodes"], info["slurmd_nodes"])
     return {
         x.name: {"pid": procs.running_pid(layout, x.name), "port": x.port,
@@ -195,7 +212,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 # --- down ------------------------------------------------------------------
 
-def stop_names(layout: Layout, info: dict) -> list[list[str]]:
+def stop_names(layout: Layout, info: Info) -> list[list[str]]:
     names = set(info.get("daemons", {})) | {p.stem for p in layout.pids.glob("*.pid")}
     groups = []
     for group in STOP_GROUPS:
@@ -332,7 +349,8 @@ def parser() -> argparse.ArgumentParser:
     down = sub.add_parser("down", help="stop the lab's daemons")
     down.add_argument("--purge", action="store_true", help="also delete the lab folder")
     down.set_defaults(func=cmd_down)
-    sub.add_parser("status", help="daemons and sinfo; exit 1 unless all up").set_defaults(func=cmd_status)
+    status = sub.add_parser("status", help="daemons and sinfo; exit 1 unless all up")
+    status.set_defaults(func=cmd_status)
     sub.add_parser("env", help="shell exports: eval \"$(lab env)\"").set_defaults(func=cmd_env)
     fault = sub.add_parser("fault", help="NODE key=value... | NODE clear")
     fault.add_argument("node")

@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .layout import DEFAULT_DRIVER, Layout, LabError
+from .layout import DEFAULT_DRIVER, Info, LabError, Layout
 
 FAKE_TOOLS = Path(__file__).resolve().parent.parent / "labbin" / "fakegpu.py"
 TOOL_NAMES = ["dcgmi", "nvidia-smi", "lab-driver-install"]
@@ -27,11 +27,12 @@ def fault_file(layout: Layout, node: str) -> Path:
     return layout.faults / f"{node}.json"
 
 
-def read(layout: Layout, node: str) -> dict:
+def read(layout: Layout, node: str) -> Info:
     try:
-        return json.loads(fault_file(layout, node).read_text())
+        data: Info = json.loads(fault_file(layout, node).read_text())
     except (OSError, ValueError):
         return {}
+    return data
 
 
 def parse(pairs: list[str]) -> dict[str, str]:
@@ -47,7 +48,7 @@ def parse(pairs: list[str]) -> dict[str, str]:
     return updates
 
 
-def apply(layout: Layout, node: str, pairs: list[str]) -> dict:
+def apply(layout: Layout, node: str, pairs: list[str]) -> Info:
     """Merge key=value pairs into the node's faults; `clear` removes them."""
     if pairs == ["clear"]:
         fault_file(layout, node).unlink(missing_ok=True)

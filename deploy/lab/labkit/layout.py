@@ -7,11 +7,14 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 LAB_DIR_ENV = "RUNBOOK_LAB_DIR"
 PORT_BASE_ENV = "RUNBOOK_LAB_PORT_BASE"
 # Marker put into every daemon's environment so a pid can be proven to be ours.
 MARKER_ENV = "GRB_LAB_DIR"
+# lab.json and fault files: plain JSON objects.
+Info = dict[str, Any]
 
 CLUSTER = "grblab"
 PARTITION = "gpu"
@@ -101,7 +104,7 @@ class Layout:
         }
 
     def __getattr__(self, name: str) -> Path:
-        paths = self.__dict__.get("paths", {})
+        paths: dict[str, Path] = self.__dict__.get("paths", {})
         if name in paths:
             return paths[name]
         raise AttributeError(name)
@@ -136,13 +139,14 @@ class Layout:
         # Slurm's key files and slurmdbd.conf must not be world readable.
         self.etc.chmod(0o700)
 
-    def read_info(self) -> dict:
+    def read_info(self) -> Info:
         try:
-            return json.loads(self.lab_json.read_text())
+            info: Info = json.loads(self.lab_json.read_text())
         except (OSError, ValueError):
             return {}
+        return info
 
-    def write_info(self, info: dict) -> None:
+    def write_info(self, info: Info) -> None:
         tmp = self.lab_json.with_suffix(".tmp")
         tmp.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
         tmp.replace(self.lab_json)

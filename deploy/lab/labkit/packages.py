@@ -31,7 +31,8 @@ def install_command(packages: list[str]) -> list[str]:
 
 
 def _can_install() -> bool:
-    return os.geteuid() == 0 and os.path.exists("/etc/debian_version") and bool(shutil.which("apt-get"))
+    debian = os.path.exists("/etc/debian_version") and bool(shutil.which("apt-get"))
+    return os.geteuid() == 0 and debian
 
 
 def ensure_packages(allow_install: bool) -> None:
@@ -42,7 +43,7 @@ def ensure_packages(allow_install: bool) -> None:
     command = install_command(missing)
     if not (allow_install and _can_install()):
         print("lab: missing packages; install them with:", file=sys.stderr)
-        print("  " + " ".join(command))
+        print(" ".join(command))
         sys.exit(2)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     print(f"lab: installing {' '.join(missing)}", file=sys.stderr)

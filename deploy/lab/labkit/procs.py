@@ -1,6 +1,7 @@
 """Start detached daemons and stop them again, by pid files we own."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -89,7 +90,5 @@ def sweep(layout: Layout, timeout: float = 5.0) -> list[int]:
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass

@@ -5,10 +5,17 @@ from pathlib import Path
 from string import Template
 
 from .layout import (
-    ACCOUNT, CLUSTER, GPU_TYPE, GPUS_PER_NODE, PARTITION, Layout, Ports, hostlist,
+    CLUSTER,
+    GPU_TYPE,
+    GPUS_PER_NODE,
+    PARTITION,
+    Layout,
+    Ports,
+    hostlist,
 )
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "bot-config.yaml.tmpl"
+NODE_HARDWARE = f"CPUs=2 RealMemory=1000 Gres=gpu:{GPU_TYPE}:{GPUS_PER_NODE} State=UNKNOWN"
 MARIADB_USER = "slurm"
 MARIADB_PASSWORD = "grb-lab"
 MARIADB_DATABASE = "slurm_acct_db"
@@ -55,7 +62,7 @@ AccountingStorageHost=localhost
 AccountingStoragePort={ports.service("slurmdbd")}
 AccountingStoragePass={layout.munge_socket}
 AccountingStorageTRES=gres/gpu
-NodeName={hostlist(nodes)} NodeAddr=127.0.0.1 Port={port_range} CPUs=2 RealMemory=1000 Gres=gpu:{GPU_TYPE}:{GPUS_PER_NODE} State=UNKNOWN
+NodeName={hostlist(nodes)} NodeAddr=127.0.0.1 Port={port_range} {NODE_HARDWARE}
 PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 

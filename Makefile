@@ -1,0 +1,66 @@
+# GPU Runbook Bot — the two commands: `make demo` and `make test`.
+#
+# Both set up everything they need on a fresh Debian machine: Debian packages
+# (when run as root), a virtualenv in .venv, and the lab started by deploy/lab/lab.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+LAB := deploy/lab/lab
+# PostgreSQL for the store's tests; the lab installs its own packages (Slurm, MariaDB...).
+DEBIAN_PACKAGES := postgresql
+
+.PHONY: demo test lint unit bench deps venv lab-up lab-down clean
+
+venv: $(STAMP)
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Debian packages the tests need; as root on Debian they are installed, elsewhere listed.
+deps:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages:$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else \
+	    echo "missing Debian packages:$$missing (run: sudo apt-get install$$missing)"; exit 2; \
+	  fi; \
+	fi
+
+lint: venv
+	$(BIN)/ruff check bot adapters tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+# The whole suite; the lab is started once by a pytest fixture and stopped at the end.
+test: deps venv lint
+	$(BIN)/pytest -q
+
+unit: venv
+	$(BIN)/pytest -q -m "not lab and not postgres"
+
+bench: venv
+	$(BIN)/python bench/engine_overhead.py
+	$(BIN)/python bench/audit_throughput.py
+	$(BIN)/python bench/cold_start.py
+
+demo: venv
+	bash deploy/demo.sh
+
+lab-up:
+	$(LAB) up
+
+lab-down:
+	$(LAB) down
+
+clean:
+	-$(LAB) down
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,146 @@
+"""``runbook --help`` cold start, against the interpreter's own start as a baseline.
+
+Runs, interleaved, --runs times each (default 20) after one warm-up each:
+
+* ``python -c pass``                     (baseline: the interpreter alone)
+* ``python -m bot.cli --help``
+* ``runbook --help``                     (the installed console script beside python)
+
+and prints median and p90 wall time in ms, plus each figure minus the baseline.
+Then lists which heavy modules (sqlalchemy, pydantic, jinja2, yaml) ``--help``
+imports, by running ``bot.cli._parser().parse_args(["--help"])`` in a child and
+reading ``sys.modules`` at exit, and shows the largest cumulative imports from
+``python -X importtime``. Goal: < 300 ms, and no heavy module imported.
+
+Run: .venv/bin/python bench/cold_start.py [--runs 20]
+
+Prints human-readable lines and, last, one JSON line. It never asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+GOAL_MS = 300.0
+HEAVY = ("sqlalchemy", "pydantic", "jinja2", "yaml", "alembic")
+ROOT = Path(__file__).resolve().parent.parent
+
+PROBE = r"""
+import atexit, json, sys
+def _report():
+    names = sorted({m.split(".")[0] for m in sys.modules})
+    sys.__stderr__.write("\nMODULES " + json.dumps(names) + "\n")
+atexit.register(_report)
+import bot.cli
+bot.cli._parser().parse_args(["--help"])
+"""
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, env=env, cwd=ROOT, check=False)
+    elapsed = (time.perf_counter() - t0) * 1000
+    if done.returncode != 0:
+        raise SystemExit(f"{argv} exited {done.returncode}")
+    return elapsed
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    args = parser.parse_args(argv)
+
+    python = sys.executable
+    script = Path(python).parent / ("runbook.exe" if os.name == "nt" else "runbook")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    commands: dict[str, list[str]] = {
+        "python -c pass": [python, "-c", "pass"],
+        "python -m bot.cli --help": [python, "-m", "bot.cli", "--help"],
+    }
+    if script.exists():
+        commands["runbook --help"] = [str(script), "--help"]
+    else:
+        print(f"note: no installed console script beside {Path(python).name}; skipped")
+
+    samples: dict[str, list[float]] = {name: [] for name in commands}
+    for argv_ in commands.values():  # warm-up: file cache, .pyc files
+        timed(argv_, env)
+    for _ in range(args.runs):
+        for name, argv_ in commands.items():
+            samples[name].append(timed(argv_, env))
+
+    base = statistics.median(samples["python -c pass"])
+    figures: dict[str, Any] = {}
+    print(f"cold start, {args.runs} runs each (interleaved, after one warm-up), wall ms:")
+    for name, values in samples.items():
+        median, p90 = statistics.median(values), pct(values, 90)
+        figures[name] = {"median_ms": median, "p90_ms": p90, "min_ms": min(values),
+                         "minus_interpreter_ms": median - base}
+        extra = "" if name == "python -c pass" else f"  (minus interpreter: {median - base:.1f})"
+        print(f"  {name:<26} median {median:7.1f}  p90 {p90:7.1f}  min {min(values):7.1f}"
+              f"{extra}")
+
+    # which top-level packages does --help import?
+    probe = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, env=env,
+                           cwd=ROOT, check=False)
+    line = next((ln for ln in probe.stderr.splitlines() if ln.startswith("MODULES ")), None)
+    loaded = json.loads(line[len("MODULES "):]) if line else []
+    heavy = [m for m in HEAVY if m in loaded]
+    project = [m for m in loaded if m in ("bot", "adapters")]
+    print(f"modules imported by --help: {len(loaded)} top-level packages; "
+          f"heavy ones: {', '.join(heavy) if heavy else 'none'}")
+
+    # where does the import time go? (python -X importtime, cumulative microseconds)
+    it = subprocess.run([python, "-X", "importtime", "-m", "bot.cli", "--help"],
+                        capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    rows = []
+    for ln in it.stderr.splitlines():
+        if not ln.startswith("import time:") or "cumulative" in ln:
+            continue
+        parts = ln[len("import time:"):].split("|")
+        if len(parts) != 3:
+            continue
+        try:
+            rows.append((int(parts[1]), int(parts[0]), parts[2][1:].rstrip()))
+        except ValueError:
+            continue
+    top_level = sorted((r for r in rows if not r[2].startswith("  ")), reverse=True)[:8]
+    print("largest top-level imports (python -X importtime, cumulative ms):")
+    for cum, _self, name in top_level:
+        print(f"  {cum / 1000:7.2f}  {name.strip()}")
+
+    goal_met = all(f["median_ms"] < GOAL_MS for n, f in figures.items() if n != "python -c pass")
+    print(f"goal: --help < {GOAL_MS:g} ms: {'met' if goal_met else 'MISSED'}; "
+          f"no heavy module imported: {'met' if not heavy else 'MISSED'}")
+    result = {
+        "benchmark": "cold_start",
+        "runs": args.runs,
+        "python": sys.version.split()[0],
+        "figures": figures,
+        "heavy_modules_imported": heavy,
+        "project_packages_imported": project,
+        "top_imports_ms": [[name.strip(), cum / 1000] for cum, _s, name in top_level],
+        "goal_ms": GOAL_MS,
+        "goal_met": goal_met,
+        "no_heavy_imports": not heavy,
+    }
+    print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Shared fixtures: a bot on a throw-away database (SQLite, and PostgreSQL where marked),
+test runbooks written to a temporary folder, and the lab (tests.lab.fixture)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bot.catalogue import Catalogue
+from bot.checks import Checks, CommandEvaluator
+from bot.config import Config
+from bot.params import Inventory
+from bot.service import Bot
+from bot.store import db
+from tests import postgres
+from tests.bot.fakes import test_actions
+
+pytest_plugins = ["tests.lab.fixture"]
+
+NODES = ["gpu01", "gpu02", "gpu03", "gpu04"]
+LAB_USERS = {
+    "alice": {"groups": ["oncall"]},
+    "bob": {"groups": ["oncall"]},
+    "carol": {"groups": ["gpu-leads"]},
+    "dave": {"groups": ["gpu-leads"]},
+}
+
+
+@pytest.fixture(autouse=True)
+def _dispose_engines(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close every database pool a test opened, so no connection outlives its test."""
+    opened: list[Any] = []
+    real = db.connect
+
+    def tracking(url: str, **kwargs: Any) -> Any:
+        engine = real(url, **kwargs)
+        opened.append(engine)
+        return engine
+
+    monkeypatch.setattr(db, "connect", tracking)
+    yield
+    for engine in opened:
+        engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[postgres.PostgresServer]:
+    try:
+        server = postgres.start()
+    except postgres.PostgresMissing as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc}: `make test` installs it")
+        pytest.skip(str(exc))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database of each kind the store supports."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'bot.db'}"
+    server = request.getfixturevalue("postgres_server")
+    return postgres.fresh_database(server.url, f"t_{secrets.token_hex(6)}")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'bot.db'}"
+
+
+def lab_config(url: str, runbook_dir: Path, **overrides: Any) -> Config:
+    data: dict[str, Any] = {
+        "lab": True,
+        "database_url": url,
+        "runbook_paths": [str(runbook_dir)],
+        "users": LAB_USERS,
+        "requesters": ["group:oncall", "group:gpu-leads"],
+        "approvers": ["group:gpu-leads"],
+        "inventory": {"nodes": NODES},
+        "engine": {"lease_seconds": 2, "poll_seconds": 0.05, "retry_delay_seconds": 0},
+    }
+    data.update(overrides)
+    return Config.model_validate(data)
+
+
+BotFactory = Callable[..., Bot]
+
+
+@pytest.fixture
+def make_bot(tmp_path: Path, sqlite_url: str) -> BotFactory:
+    """Build a bot over runbooks given as dicts (or YAML text), with the fake test actions."""
+
+    def factory(runbooks: dict[str, Any], url: str | None = None, **overrides: Any) -> Bot:
+        folder = tmp_path / f"runbooks-{secrets.token_hex(3)}"
+        folder.mkdir()
+        for name, body in runbooks.items():
+            text = body if isinstance(body, str) else yaml.safe_dump(body, sort_keys=False)
+            (folder / f"{name}.yaml").write_text(text)
+        config = lab_config(url or sqlite_url, folder, **overrides)
+        nodes = frozenset(config.inventory.nodes)
+        return Bot(
+            config=config,
+            engine=db.connect(config.resolved_database_url()),
+            catalogue=Catalogue([*test_actions(), *standard_actions(config)]),
+            checks=Checks({"command": CommandEvaluator(config.host_commands)},
+                          sleep=lambda s: None),
+            inventory=Inventory(nodes=nodes, slurm=nodes, kubernetes=frozenset({"gpu04"})),
+        )
+
+    return factory
+
+
+def standard_actions(config: Config) -> list[Any]:
+    from adapters.host import HostRunAction
+    from adapters.notify import NotifyAction
+
+    return [NotifyAction(), HostRunAction(config.host_commands)]
