@@ -6,11 +6,13 @@ that asked, the chat thread); the audit log keeps it with the step.
 
 from __future__ import annotations
 
-from typing import ClassVar
+import time
+from collections.abc import Callable
+from typing import ClassVar, Protocol
 
 from pydantic import Field
 
-from adapters.actions import ActionContext, ActionResult, StrictArguments
+from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
 
 
 class NotifyArguments(StrictArguments):
@@ -27,3 +29,52 @@ class NotifyAction:
     def run(self, args: NotifyArguments, ctx: ActionContext) -> ActionResult:
         ctx.progress(args.message)
         return ActionResult(summary=f"notified: {args.message}", changed=False)
+
+
+class Confirmations(Protocol):
+    """Where questions to people are stored and their answers read (the bot's database)."""
+
+    def ask(self, execution_id: int, step_id: str, question: str) -> None: ...
+
+    def answer(self, execution_id: int, step_id: str) -> tuple[str, str, str] | None:
+        """(``yes`` or ``no``, who, note) once someone answered; None before."""
+        ...
+
+
+class ConfirmArguments(StrictArguments):
+    question: str = Field(min_length=1, max_length=500)
+    poll: float = Field(default=2.0, gt=0, le=60)
+
+
+class ConfirmAction:
+    """``chat.confirm``: wait until a person confirms a physical step ("GPU replaced?").
+
+    The question is recorded once; the step waits (up to its timeout) for
+    ``runbook confirm ID`` or a chat button. "no" fails the step.
+    """
+
+    name: ClassVar[str] = "chat.confirm"
+    Arguments: ClassVar[type[StrictArguments]] = ConfirmArguments
+
+    def __init__(self, confirmations: Confirmations, sleep: Callable[[float], None] = time.sleep):
+        self._confirmations = confirmations
+        self._sleep = sleep
+
+    def plan(self, args: ConfirmArguments) -> list[str]:
+        return [f"ask a person: {args.question} (wait for `runbook confirm`)"]
+
+    def run(self, args: ConfirmArguments, ctx: ActionContext) -> ActionResult:
+        self._confirmations.ask(ctx.execution_id, ctx.step_id, args.question)
+        ctx.progress(f"waiting for a person: {args.question} "
+                     f"(runbook confirm {ctx.execution_id} [--no])")
+        while True:
+            answer = self._confirmations.answer(ctx.execution_id, ctx.step_id)
+            if answer is not None:
+                verdict, who, note = answer
+                if verdict != "yes":
+                    raise ActionError(f"{who} answered no to {args.question!r}"
+                                      + (f": {note}" if note else ""))
+                return ActionResult(summary=f"confirmed by {who}", details={"by": who,
+                                                                            "note": note})
+            ctx.check_deadline(f"waiting for an answer to {args.question!r}")
+            self._sleep(min(args.poll, max(0.05, ctx.remaining())))

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from adapters.actions import Action, StrictArguments
 from adapters.host import HostRunAction
-from adapters.notify import NotifyAction
+from adapters.notify import ConfirmAction, Confirmations, NotifyAction
 from bot.config import Config
 
 
@@ -28,5 +28,10 @@ class Catalogue:
         return sorted(self._actions)
 
 
-def from_config(config: Config) -> Catalogue:
-    return Catalogue([NotifyAction(), HostRunAction(config.host_commands)])
+def from_config(config: Config, confirmations: Confirmations) -> Catalogue:
+    return Catalogue(standard_actions(config, confirmations))
+
+
+def standard_actions(config: Config, confirmations: Confirmations) -> list[Action]:
+    """The actions every installation has, whatever adapters it configures."""
+    return [NotifyAction(), ConfirmAction(confirmations), HostRunAction(config.host_commands)]

@@ -52,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--wait", action="store_true",
                            help="wait for approval and drive the execution to its end here")
             p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+    p = add("confirm", "answer the question a running step asks (chat.confirm)")
+    p.add_argument("id", type=int)
+    p.add_argument("--no", action="store_true", help="answer no: the step fails")
+    p.add_argument("--note", help="a note kept in the audit log")
+    p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
     for name, text in (("approve", "approve an execution"), ("deny", "deny an execution"),
                        ("cancel", "cancel an execution (undoes completed steps)"),
                        ("resume", "resume an execution held for a person")):
@@ -175,10 +180,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     config = _config(args)
     paths = [Path(p) for p in args.paths] or config.runbook_paths
-    found = load_all(paths, from_config(config).arguments())
+    found = load_all(paths, from_config(config, _NoConfirmations()).arguments())
     for name, loaded in sorted(found.items()):
         print(f"ok  {loaded.path}  {name} {loaded.runbook.version}")
     return EXIT_OK
+
+
+class _NoConfirmations:
+    """Validation runs no step, so it needs no place to keep answers."""
+
+    def ask(self, execution_id: int, step_id: str, question: str) -> None:
+        raise RuntimeError("validate runs no steps")
+
+    def answer(self, execution_id: int, step_id: str) -> tuple[str, str, str] | None:
+        return None
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -256,6 +271,10 @@ def _decide(args: argparse.Namespace, verb: str) -> int:
         print(f"execution {ex.id}: " + ("cancelled" if ex.terminal else
                                          "cancel requested: it stops at the next step "
                                          "boundary and undoes completed steps"))
+    elif verb == "confirm":
+        question = bot.confirm(args.id, user, not args.no, args.note)
+        print(f"execution {args.id}: {user} answered {'no' if args.no else 'yes'} to "
+              f"{question!r}")
     else:
         ex = bot.resume(args.id, user)
         print(f"execution {ex.id}: resume requested; the engine continues it")
@@ -401,6 +420,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "deny": lambda a: _decide(a, "deny"),
     "cancel": lambda a: _decide(a, "cancel"),
     "resume": lambda a: _decide(a, "resume"),
+    "confirm": lambda a: _decide(a, "confirm"),
     "status": cmd_status,
     "show": cmd_show,
     "history": cmd_history,

@@ -24,7 +24,7 @@ NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 VERSION = re.compile(r"^\d+(?:\.\d+){0,3}(?:[-+][0-9A-Za-z.-]{1,40})?$")
 SHELLISH = re.compile(r"[`$;|&<>\\]")
 # C0/C1 controls (tab and newline aside), line separators and bidi overrides that can disguise text
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 TRUE = {"true", "yes", "on", "1"}
 FALSE = {"false", "no", "off", "0"}
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from bot import audit, executions, locking, params, versions
+from bot import audit, confirming, executions, locking, params, versions
 from bot.catalogue import Catalogue
 from bot.checks import Checks, CommandEvaluator
 from bot.config import Config
@@ -45,12 +45,14 @@ class Bot:
     @classmethod
     def from_config(cls, config: Config) -> Bot:
         from bot.catalogue import from_config
+        from bot.confirming import DatabaseConfirmations
 
         nodes = frozenset(config.inventory.nodes)
+        engine = db.connect(config.resolved_database_url())
         return cls(
             config=config,
-            engine=db.connect(config.resolved_database_url()),
-            catalogue=from_config(config),
+            engine=engine,
+            catalogue=from_config(config, DatabaseConfirmations(engine)),
             checks=Checks({"command": CommandEvaluator(config.host_commands)}),
             inventory=params.Inventory(nodes=nodes, slurm=nodes),
         )
@@ -195,6 +197,20 @@ class Bot:
             executions.set_fields(conn, ex.id, state="running", resume_requested=True)
             audit.append(conn, "resume_requested", user, {"stage": ex.stage}, ex.id)
             return executions.get(conn, ex.id)
+
+    def confirm(self, execution_id: int, user: str, yes: bool, note: str | None) -> str:
+        """Answer the question a running step asked (chat.confirm); returns the question."""
+        with self.engine.begin() as conn:
+            ex = self._get(conn, execution_id)
+            question = confirming.pending(conn, ex.id)
+            if ex.state != "running" or question is None:
+                raise Refused(f"execution {ex.id} is not waiting for a confirmation")
+            if not self._may_steer(ex, user):
+                raise Refused(f"{user} may not answer for execution {ex.id}: only its "
+                              f"requester ({ex.requested_by}) or its approvers may")
+            confirming.record_answer(conn, ex.id, question.step_id, "yes" if yes else "no",
+                                     user, note)
+            return str(question.question)
 
     def _get(self, conn: Connection, execution_id: int) -> Execution:
         try:

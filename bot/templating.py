@@ -67,10 +67,17 @@ def _render_text(text: str, context: Mapping[str, Any]) -> Any:
     try:
         single = _SINGLE.match(text)
         if single and "{{" not in single.group(1) and "}}" not in single.group(1):
-            return _defined(_expression(single.group(1))(**context))
+            return _plain(_defined(_expression(single.group(1))(**context)))
         return _template(text).render(**context)
     except TemplateError as exc:
         raise TemplateProblem(f"template {text!r}: {exc}") from exc
+
+
+def _plain(result: Any) -> Any:
+    """Sets (the inventory facts) become sorted lists, so a plan stays JSON."""
+    if isinstance(result, set | frozenset):
+        return sorted(result, key=str)
+    return result
 
 
 def _defined(result: Any) -> Any:

@@ -105,10 +105,11 @@ def make_bot(tmp_path: Path, sqlite_url: str) -> BotFactory:
             (folder / f"{name}.yaml").write_text(text)
         config = lab_config(url or sqlite_url, folder, **overrides)
         nodes = frozenset(config.inventory.nodes)
+        engine = db.connect(config.resolved_database_url())
         return Bot(
             config=config,
-            engine=db.connect(config.resolved_database_url()),
-            catalogue=Catalogue([*test_actions(), *standard_actions(config)]),
+            engine=engine,
+            catalogue=Catalogue([*test_actions(), *standard_actions(config, engine)]),
             checks=Checks({"command": CommandEvaluator(config.host_commands)},
                           sleep=lambda s: None),
             inventory=Inventory(nodes=nodes, slurm=nodes, kubernetes=frozenset({"gpu04"})),
@@ -117,8 +118,8 @@ def make_bot(tmp_path: Path, sqlite_url: str) -> BotFactory:
     return factory
 
 
-def standard_actions(config: Config) -> list[Any]:
-    from adapters.host import HostRunAction
-    from adapters.notify import NotifyAction
+def standard_actions(config: Config, engine: Any) -> list[Any]:
+    from bot.catalogue import standard_actions as standard
+    from bot.confirming import DatabaseConfirmations
 
-    return [NotifyAction(), HostRunAction(config.host_commands)]
+    return standard(config, DatabaseConfirmations(engine))

@@ -117,3 +117,16 @@ audit_events = Table(
     Index("ix_audit_execution", "execution_id"),
     Index("ix_audit_ts", "ts"),
 )
+
+confirmations = Table(
+    "confirmations",
+    metadata,
+    Column("execution_id", Integer, ForeignKey("executions.id"), primary_key=True),
+    Column("step_id", String(64), primary_key=True),
+    Column("question", Text, nullable=False),
+    Column("asked_at", String(32), nullable=False),
+    Column("answer", String(8), nullable=True),  # yes | no
+    Column("answered_by", String(128), nullable=True),
+    Column("answered_at", String(32), nullable=True),
+    Column("note", Text, nullable=True),
+)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import threading
 
@@ -29,7 +30,7 @@ def test_chain_verifies(db_url: str) -> None:
     with engine.connect() as conn:
         rows = list(audit.events(conn))
     assert rows[0]["prev_hash"] == audit.GENESIS
-    assert all(b["prev_hash"] == a["hash"] for a, b in zip(rows, rows[1:], strict=False))
+    assert all(b["prev_hash"] == a["hash"] for a, b in itertools.pairwise(rows))
     assert verdict.head == rows[-1]["hash"]
 
 

@@ -176,7 +176,7 @@ def test_approval_voided_when_plan_changes(make_bot: Any) -> None:
     # The site changes what "probe" runs: the approved plan no longer describes the run.
     bot.config.host_commands["probe"] = bot.config.host_commands["probe"].model_copy(
         update={"argv": ["true", "--changed"]})
-    bot.catalogue = Catalogue([*fakes.test_actions(), *standard_actions(bot.config)])
+    bot.catalogue = Catalogue([*fakes.test_actions(), *standard_actions(bot.config, bot.engine)])
     engine = Engine(bot, sleep=lambda s: None)
     ex = engine.drive(execution_id, wait_for_approval=False)
     engine.close()
@@ -196,7 +196,7 @@ def test_resume_skips_finished_steps(make_bot: Any) -> None:
     dead._start(dead._load(execution_id))
     ex = dead._load(execution_id)
     dead._stage(ex, "steps")
-    step_a, step_b = ex.plan.steps[0], ex.plan.steps[1]
+    step_a = ex.plan.steps[0]
     dead._call(ex, step_a, _call(step_a), "do", 0, 0)
     with bot.engine.begin() as conn:  # b "started" and then the process vanished
         executions.save_step(conn, ex.id, "do", "b", 1, state="running", attempt=1)
@@ -243,3 +243,38 @@ def _call(step: Any) -> Any:
     from bot.planning import PlannedCall
 
     return PlannedCall(step.action, step.args, step.operations)
+
+
+@pytest.mark.parametrize("yes", [True, False])
+def test_confirm_waits_for_a_person(make_bot: Any, yes: bool) -> None:
+    steps = [record("a", "a"),
+             {"id": "swap", "action": "chat.confirm",
+              "with": {"question": "GPU replaced on {{ node }}?", "poll": 0.05}},
+             record("b", "b")]
+    bot = make_bot({"demo": runbook(steps)})
+    execution_id = bot.request("demo", {"node": "gpu02"}, "alice")
+    engine = Engine(bot, sleep=lambda s: None)
+    result: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: result.update(ex=engine.drive(execution_id)))
+    worker.start()
+    deadline = time.monotonic() + 10
+    while "confirmation_requested" not in _kinds(bot, execution_id):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    with pytest.raises(Exception, match="may not answer"):
+        bot.confirm(execution_id, "bob", True, None)
+    assert bot.confirm(execution_id, "alice", yes, "swapped by DC tech") == "GPU replaced on gpu02?"
+    worker.join(10)
+    engine.close()
+    if yes:
+        assert result["ex"].state == "succeeded"
+        assert fakes.JOURNAL[-1] == ("test.record", "b")
+    else:
+        assert result["ex"].state == "failed"
+        assert "alice answered no" in (result["ex"].error or "")
+        assert fakes.JOURNAL[-1] == ("test.forget", "a")
+
+
+def _kinds(bot: Any, execution_id: int) -> list[str]:
+    with bot.engine.connect() as conn:
+        return [e["kind"] for e in audit.events(conn, execution_id=execution_id)]

@@ -1,17 +1,20 @@
 """Session-scoped pytest fixture `lab`: one real Slurm lab per test session.
 
 Load it with `pytest -p tests.lab.fixture` or `pytest_plugins = ["tests.lab.fixture"]`
-in a conftest. `lab up` runs once; `lab down` runs at the end of the session
-(unless the lab was already running before the session, or RUNBOOK_LAB_KEEP=1).
+in a conftest. `lab up` runs once; `lab down` runs at the end of the session when this
+session started the lab and no other session still uses it (RUNBOOK_LAB_KEEP=1
+keeps it running; a lab started by hand before the session is left running).
 Daemon output never reaches pytest's stdout/stderr: everything is captured.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shlex
 import subprocess
 from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,27 +98,65 @@ def lab_dir(env: dict[str, str] | None = None) -> Path:
     raise RuntimeError("`lab env` printed no RUNBOOK_LAB_DIR")
 
 
-def start_lab(env: dict[str, str] | None = None, *up_args: str) -> Lab:
+def start_lab(
+    env: dict[str, str] | None = None, *up_args: str, stop_on_failure: bool = True
+) -> Lab:
     """`lab up`; on failure stop what started and fail with the daemon logs."""
     env = dict(os.environ if env is None else env)
     result = lab_command("up", *up_args, env=env)
     folder = lab_dir(env)
     if result.returncode != 0:
         tails = lab_log_tails(folder)
-        lab_command("down", env=env)
+        if stop_on_failure:
+            lab_command("down", env=env)
         output = f"{result.stdout}{result.stderr}"
         pytest.fail(f"lab up failed ({result.returncode}):\n{output}\n{tails}", pytrace=False)
     info = json.loads((folder / "lab.json").read_text())
     return Lab(info=info, env=client_env(info, env))
 
 
+# Concurrent pytest sessions of one checkout share the lab. Each holds a lease
+# (a file named by its pid); the last one out stops the lab, and only when a
+# session started it (a lab a developer started by hand is left running).
+OWNED = "started-by-pytest"
+
+
+@contextmanager
+def _leases(folder: Path) -> Iterator[Path]:
+    leases = folder / "leases"
+    leases.mkdir(parents=True, exist_ok=True)
+    with open(leases / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield leases
+
+
+def _other_live_leases(leases: Path) -> list[Path]:
+    live = []
+    for lease in leases.glob("[0-9]*"):
+        pid = int(lease.name)
+        if pid != os.getpid() and Path(f"/proc/{pid}").exists():
+            live.append(lease)
+        elif pid != os.getpid():
+            lease.unlink(missing_ok=True)  # a session that died without teardown
+    return live
+
+
 @pytest.fixture(scope="session")
 def lab() -> Iterator[Lab]:
-    was_running = lab_command("status").returncode == 0
-    handle = start_lab()
+    folder = lab_dir()
+    with _leases(folder) as leases:
+        owner = leases / OWNED
+        if lab_command("status").returncode != 0 and not _other_live_leases(leases):
+            owner.touch()
+        handle = start_lab(stop_on_failure=owner.exists() and not _other_live_leases(leases))
+        (leases / str(os.getpid())).touch()
     yield handle
-    if not was_running and os.environ.get("RUNBOOK_LAB_KEEP") != "1":
-        lab_command("down", env=handle.env)
+    with _leases(folder) as leases:
+        (leases / str(os.getpid())).unlink(missing_ok=True)
+        last_out = not _other_live_leases(leases)
+        if last_out and (leases / OWNED).exists() and os.environ.get("RUNBOOK_LAB_KEEP") != "1":
+            lab_command("down", env=handle.env)
+            (leases / OWNED).unlink(missing_ok=True)
 
 
 @pytest.hookimpl(wrapper=True)
