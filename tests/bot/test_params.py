@@ -188,7 +188,9 @@ def test_text_refuses_shell_metacharacters(value: str) -> None:
     assert "are not allowed" in refused_value(one(type="text"), value)
 
 
-@pytest.mark.parametrize("char", ["\n", "\t", "\x00", "\x07", "\x1b", "\x7f", "\x85", "\u202e", "\u2028"])
+@pytest.mark.parametrize(
+    "char", ["\n", "\t", "\x00", "\x07", "\x1b", "\x7f", "\x85", "\u202e", "\u2028"]
+)
 def test_text_refuses_control_characters(char: str) -> None:
     problem = refused_value(one(type="text"), f"XID{char}79")
     assert problem == "value: control characters are not allowed"

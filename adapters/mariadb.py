@@ -1,0 +1,124 @@
+"""``mariadb.dump`` and ``mariadb.restore``: logical backups with the MariaDB client tools.
+
+Used by restore-slurmdbd. The tools get argument lists; the dump is written to
+(and the restore read from) a file opened here, never through a shell
+redirection. Passwords go in the ``MYSQL_PWD`` environment of the child only.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
+
+
+class MariaDBConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    socket: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "root"
+    password_env: str | None = None  # name of an environment variable holding the password
+    dump_command: str = "mariadb-dump"
+    client_command: str = "mariadb"
+    backup_dir: str = "/var/backups/slurmdbd"  # where safety copies are written
+    timeout: float = Field(default=3600, gt=0)
+
+    def connection_args(self) -> list[str]:
+        if self.socket:
+            return [f"--socket={self.socket}", f"--user={self.user}"]
+        return [f"--host={self.host}", f"--port={self.port}", f"--user={self.user}"]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.password_env and self.password_env in os.environ:
+            env["MYSQL_PWD"] = os.environ[self.password_env]
+        return env
+
+
+class DumpArguments(StrictArguments):
+    database: str = Field(pattern=r"^[A-Za-z0-9_]{1,64}$")
+    path: str = Field(min_length=1)
+
+
+class RestoreArguments(StrictArguments):
+    database: str = Field(pattern=r"^[A-Za-z0-9_]{1,64}$")
+    path: str = Field(min_length=1)
+
+
+def _run(argv: list[str], config: MariaDBConfig, timeout: float, *, stdin_path: Path | None = None,
+         stdout_path: Path | None = None) -> None:
+    shown = shlex.join(argv)
+    try:
+        with (open(stdin_path, "rb") if stdin_path else open(os.devnull, "rb")) as stdin, \
+                (open(stdout_path, "wb") if stdout_path else open(os.devnull, "wb")) as stdout:
+            done = subprocess.run(argv, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+                                  env=config.env(), timeout=timeout, check=False)
+    except FileNotFoundError as exc:
+        raise ActionError(f"{shown}: {exc.strerror}: {exc.filename}") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ActionError(f"{shown}: timed out after {timeout:.0f}s") from exc
+    if done.returncode != 0:
+        raise ActionError(f"{shown} exited {done.returncode}: "
+                          f"{done.stderr.decode(errors='replace').strip()[-2000:]}")
+
+
+class DumpAction:
+    name: ClassVar[str] = "mariadb.dump"
+    Arguments: ClassVar[type[StrictArguments]] = DumpArguments
+
+    def __init__(self, config: MariaDBConfig) -> None:
+        self._config = config
+
+    def _argv(self, args: DumpArguments) -> list[str]:
+        return [self._config.dump_command, *self._config.connection_args(),
+                "--single-transaction", "--routines", "--databases", args.database]
+
+    def plan(self, args: DumpArguments) -> list[str]:
+        return [f"{shlex.join(self._argv(args))} > {args.path}"]
+
+    def run(self, args: DumpArguments, ctx: ActionContext) -> ActionResult:
+        target = Path(args.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        _run(self._argv(args), self._config, min(self._config.timeout, ctx.remaining()),
+             stdout_path=partial)
+        partial.replace(target)  # a dump cut short never stands as the safety copy
+        size = target.stat().st_size
+        return ActionResult(summary=f"dumped {args.database} to {target} ({size} bytes)",
+                            details={"path": str(target), "bytes": size})
+
+
+class RestoreAction:
+    name: ClassVar[str] = "mariadb.restore"
+    Arguments: ClassVar[type[StrictArguments]] = RestoreArguments
+
+    def __init__(self, config: MariaDBConfig) -> None:
+        self._config = config
+
+    def _argv(self, args: RestoreArguments) -> list[str]:
+        return [self._config.client_command, *self._config.connection_args(), args.database]
+
+    def plan(self, args: RestoreArguments) -> list[str]:
+        return [f"{shlex.join(self._argv(args))} < {args.path}"]
+
+    def run(self, args: RestoreArguments, ctx: ActionContext) -> ActionResult:
+        source = Path(args.path)
+        if not source.is_file():
+            raise ActionError(f"backup {source} does not exist: nothing was restored")
+        # The dump names its database (--databases), so the client recreates it as saved.
+        _run(self._argv(args), self._config, min(self._config.timeout, ctx.remaining()),
+             stdin_path=source)
+        return ActionResult(summary=f"restored {args.database} from {source}",
+                            details={"path": str(source), "bytes": source.stat().st_size})
+
+
+def mariadb_actions(config: MariaDBConfig) -> list[DumpAction | RestoreAction]:
+    return [DumpAction(config), RestoreAction(config)]
