@@ -1,35 +1,77 @@
 """The action catalogue: every action a runbook step may name, built from the configuration.
 
+Two views: the actions this installation can *run* (adapters configured), and
+the actions a runbook may *name* (every action any adapter ships). Runbooks are
+validated against the second, so a shipped runbook for MariaDB still loads on a
+site without MariaDB; planning it says which configuration section is missing.
+
 Implementations are passed in (tests hand over their own); ``from_config`` is the
 one place that decides which adapters a configured bot offers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from adapters.actions import Action, StrictArguments
 from adapters.host import HostRunAction
+from adapters.mariadb import DumpAction, RestoreAction, mariadb_actions
 from adapters.notify import ConfirmAction, Confirmations, NotifyAction
 from bot.config import Config
 
+# Every action class any adapter ships, with the configuration section that enables it.
+KNOWN: dict[str, tuple[type[StrictArguments], str]] = {
+    cls.name: (cls.Arguments, section)
+    for cls, section in (
+        (NotifyAction, "always"),
+        (ConfirmAction, "always"),
+        (HostRunAction, "always"),
+        (DumpAction, "mariadb"),
+        (RestoreAction, "mariadb"),
+    )
+}
+
+
+class NotConfigured(KeyError):
+    """A runbook names an action this installation has not configured."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
 
 class Catalogue:
-    def __init__(self, actions: Iterable[Action]) -> None:
+    def __init__(
+        self,
+        actions: Iterable[Action],
+        known: Mapping[str, tuple[type[StrictArguments], str]] | None = None,
+    ) -> None:
         self._actions = {action.name: action for action in actions}
+        self._known = dict(known if known is not None else {})
 
     def get(self, name: str) -> Action:
-        return self._actions[name]
+        try:
+            return self._actions[name]
+        except KeyError:
+            section = self._known.get(name, (None, "?"))[1]
+            raise NotConfigured(
+                f'action "{name}" is not available here: configure the "{section}" section'
+            ) from None
 
     def arguments(self) -> dict[str, type[StrictArguments]]:
-        return {name: action.Arguments for name, action in self._actions.items()}
+        """What runbooks may name: configured actions plus every known one."""
+        names = {name: known[0] for name, known in self._known.items()}
+        names.update({name: action.Arguments for name, action in self._actions.items()})
+        return names
 
     def names(self) -> list[str]:
         return sorted(self._actions)
 
 
 def from_config(config: Config, confirmations: Confirmations) -> Catalogue:
-    return Catalogue(standard_actions(config, confirmations))
+    actions = standard_actions(config, confirmations)
+    if config.mariadb is not None:
+        actions.extend(mariadb_actions(config.mariadb))
+    return Catalogue(actions, KNOWN)
 
 
 def standard_actions(config: Config, confirmations: Confirmations) -> list[Action]:

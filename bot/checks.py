@@ -11,10 +11,12 @@ import operator
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from adapters.actions import ActionError
 from adapters.host import HostCommand, run_check_command
+from bot.durations import format_duration, parse_duration
 from bot.model import EXPECT
 from bot.planning import PlannedCheck
 
@@ -68,6 +70,26 @@ class CommandEvaluator:
         tail = output.strip().splitlines()[-1:] or [""]
         return Outcome(passed, code, f"exit code {code} (expect {check.expect}) {tail[0]}".strip(),
                        {"argv": command.argv, "output": output})
+
+
+class FileEvaluator:
+    """``file: {path, max_age}``: the file exists and is younger than max_age; value = age (s)."""
+
+    def __call__(self, check: PlannedCheck, deadline: float) -> Outcome:
+        spec = check.spec["file"]
+        path = Path(str(spec.get("path", "")))
+        try:
+            limit = parse_duration(str(spec.get("max_age", "1d")))
+        except ValueError as exc:
+            return Outcome(False, None, f"max_age: {exc}")
+        try:
+            age = time.time() - path.stat().st_mtime
+        except OSError as exc:
+            return Outcome(False, None, f"{path}: {exc.strerror or exc}")
+        if not path.is_file():
+            return Outcome(False, None, f"{path} is not a file")
+        return Outcome(age <= limit, round(age, 1),
+                       f"{path} is {format_duration(age)} old (at most {format_duration(limit)})")
 
 
 class Checks:

@@ -181,6 +181,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     config = _config(args)
     paths = [Path(p) for p in args.paths] or config.runbook_paths
     found = load_all(paths, from_config(config, _NoConfirmations()).arguments())
+    if not found:
+        raise UsageError(f"no runbook files in {', '.join(str(p) for p in paths)}")
     for name, loaded in sorted(found.items()):
         print(f"ok  {loaded.path}  {name} {loaded.runbook.version}")
     return EXIT_OK

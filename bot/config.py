@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from adapters.host import HostCommand
+from adapters.mariadb import MariaDBConfig
 
 CONFIG_ENV = "RUNBOOK_CONFIG"
 DB_URL_ENV = "RUNBOOK_DB_URL"
@@ -82,6 +83,7 @@ class Config(BaseModel):
     host_commands: dict[str, HostCommand] = Field(default_factory=default_host_commands)
     inventory: InventoryConfig = Field(default_factory=InventoryConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    mariadb: MariaDBConfig | None = None  # enables mariadb.dump / mariadb.restore
     # Sections owned by adapters that later issues add; kept as data until then.
     slurm: dict[str, Any] = Field(default_factory=dict)
 

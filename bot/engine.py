@@ -416,7 +416,11 @@ class Engine:
         for position in reversed(range(len(ex.plan.steps))):
             step = ex.plan.steps[position]
             done = states.get(("do", step.id))
-            if step.undo is None or done is None or done.state != "succeeded":
+            if step.undo is None or done is None:
+                continue
+            if not _needs_undo(step, done):
+                if done.state == "succeeded":
+                    self._note_unchanged(ex, step)
                 continue
             previous = states.get(("undo", step.id))
             if previous is not None and previous.state == "succeeded":
@@ -430,6 +434,13 @@ class Engine:
         if failed:
             summary += f"; UNDO FAILED (needs a person): {'; '.join(failed)}"
         self._end(ex, final, summary)
+
+    def _note_unchanged(self, ex: Execution, step: PlannedStep) -> None:
+        with self.bot.engine.begin() as conn:
+            audit.append(conn, "undo_skipped", ENGINE, {
+                "step": step.id, "why": "the step found everything already done and changed "
+                                        "nothing, so there is nothing of ours to undo"}, ex.id)
+        self.report(ex.id, f"step {step.id} (undo): skipped, the step changed nothing")
 
     def _end(self, ex: Execution, state: str, error: str | None) -> None:
         with self.bot.engine.begin() as conn:
@@ -484,6 +495,17 @@ class Engine:
             if once and not progressed:
                 return
             stop.wait(self.bot.config.engine.poll_seconds)
+
+
+def _needs_undo(step: PlannedStep, done: executions.StepState) -> bool:
+    """Undo what this execution changed: succeeded steps that changed something, and failed
+    steps marked undo_if_failed. A step that found everything already done changed nothing,
+    so undoing it would undo someone else's work (resume a node another person drained)."""
+    if done.state == "failed":
+        return step.undo_if_failed
+    if done.state != "succeeded":
+        return False
+    return bool((done.result or {}).get("changed", True))
 
 
 def _now() -> str:

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from adapters.actions import StrictArguments
 from bot import params, templating
-from bot.model import CheckSpec, Runbook
+from bot.model import CHECK_KINDS, CheckSpec, Runbook
 
 Path_ = tuple[str | int, ...]
 MAX_NODES = 50_000  # YAML nodes in one file, aliases expanded: a runbook is far smaller
@@ -326,7 +326,7 @@ def _template_sites(runbook: Runbook) -> Iterable[tuple[Path_, str]]:
     for section in ("pre_checks", "post_checks"):
         checks: list[CheckSpec] = getattr(runbook, section)
         for index, check in enumerate(checks):
-            for field in ("promql", "command", "capacity", "alerts"):
+            for field in CHECK_KINDS:
                 yield from _strings(getattr(check, field), (section, index, field))
 
 

@@ -20,6 +20,7 @@ NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 STEP_ID = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 EXPECT = re.compile(r"^\s*(==|!=|<=|>=|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
 
+CHECK_KINDS = ("promql", "command", "capacity", "alerts", "file", "slurm")
 ParamType = Literal["node", "text", "int", "bool", "duration", "enum", "version"]
 Risk = Literal["low", "medium", "high"]
 
@@ -84,13 +85,15 @@ class ApprovalSpec(Strict):
 
 
 class CheckSpec(Strict):
-    """One pre- or post-check; exactly one of promql, command, capacity, alerts."""
+    """One pre- or post-check; exactly one kind (CHECK_KINDS)."""
 
     name: str = Field(min_length=1, max_length=200)
     promql: str | None = None
     command: str | None = None  # an allow-listed host command; its exit code is the value
     capacity: dict[str, Any] | None = None
     alerts: dict[str, str] | None = None
+    file: dict[str, str] | None = None  # {path, max_age}: exists and is recent enough
+    slurm: dict[str, Any] | None = None  # node states, accounts, slurmdbd queue
     expect: str | None = None
     for_: Duration | None = Field(default=None, alias="for")
     timeout: Duration = "60s"
@@ -106,16 +109,16 @@ class CheckSpec(Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> CheckSpec:
-        kinds = [k for k in ("promql", "command", "capacity", "alerts") if getattr(self, k)]
+        kinds = [k for k in CHECK_KINDS if getattr(self, k)]
         if len(kinds) != 1:
-            raise ValueError("a check needs exactly one of promql, command, capacity, alerts")
+            raise ValueError(f"a check needs exactly one of {', '.join(CHECK_KINDS)}")
         if kinds[0] in ("promql", "command") and self.expect is None:
             raise ValueError(f'a {kinds[0]} check needs expect (like "== 0")')
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in ("promql", "command", "capacity", "alerts") if getattr(self, k))
+        return next(k for k in CHECK_KINDS if getattr(self, k))
 
 
 class UndoSpec(Strict):
@@ -129,6 +132,7 @@ class StepSpec(Strict):
     with_: dict[str, Any] = Field(default_factory=dict, alias="with")
     when: str | None = None
     undo: UndoSpec | None = None
+    undo_if_failed: bool = False  # also undo this step when it fails (it may have half-run)
     timeout: Duration | None = None
     retries: int = Field(default=0, ge=0, le=10)
     retry_delay: Duration = "5s"

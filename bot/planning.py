@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from adapters.actions import ActionError
 from bot import templating
 from bot.audit import canonical
-from bot.catalogue import Catalogue
+from bot.catalogue import Catalogue, NotConfigured
 from bot.config import Config
 from bot.durations import parse_duration
 from bot.loading import LoadedRunbook
@@ -61,6 +61,7 @@ class PlannedStep:
     operations: list[str]
     skipped: bool
     undo: PlannedCall | None
+    undo_if_failed: bool
     timeout_seconds: float
     retries: int
     retry_delay_seconds: float
@@ -181,7 +182,10 @@ def _plan_call(
     step_id: str, action_name: str, raw: Mapping[str, Any], context: Mapping[str, Any],
     catalogue: Catalogue,
 ) -> PlannedCall:
-    action = catalogue.get(action_name)
+    try:
+        action = catalogue.get(action_name)
+    except NotConfigured as exc:
+        raise PlanError(f"step {step_id}: {exc}") from exc
     rendered = templating.render(dict(raw), context)
     try:
         args = action.Arguments.model_validate(rendered)
@@ -218,6 +222,7 @@ def _plan_step(
         operations=call.operations,
         skipped=skipped,
         undo=undo,
+        undo_if_failed=step.undo_if_failed,
         timeout_seconds=parse_duration(step.timeout) if step.timeout else default_timeout,
         retries=step.retries,
         retry_delay_seconds=parse_duration(step.retry_delay),

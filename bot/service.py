@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine
 
 from bot import audit, confirming, executions, locking, params, versions
 from bot.catalogue import Catalogue
-from bot.checks import Checks, CommandEvaluator
+from bot.checks import Checks, CommandEvaluator, FileEvaluator
 from bot.config import Config
 from bot.executions import Execution
 from bot.loading import LoadedRunbook, RunbookError, load_all
@@ -53,7 +53,8 @@ class Bot:
             config=config,
             engine=engine,
             catalogue=from_config(config, DatabaseConfirmations(engine)),
-            checks=Checks({"command": CommandEvaluator(config.host_commands)}),
+            checks=Checks({"command": CommandEvaluator(config.host_commands),
+                           "file": FileEvaluator()}),
             inventory=params.Inventory(nodes=nodes, slurm=nodes),
         )
 

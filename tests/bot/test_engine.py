@@ -278,3 +278,28 @@ def test_confirm_waits_for_a_person(make_bot: Any, yes: bool) -> None:
 def _kinds(bot: Any, execution_id: int) -> list[str]:
     with bot.engine.connect() as conn:
         return [e["kind"] for e in audit.events(conn, execution_id=execution_id)]
+
+
+def test_undo_skips_a_step_that_changed_nothing(make_bot: Any) -> None:
+    """Someone else had already done "a": failing later must not undo their work."""
+    fakes.STATE["a"] = True
+    fakes.FAILURES["c"] = 9
+    steps = [record("a", "a"), record("b", "b"),
+             {"id": "c", "action": "test.flaky", "with": {"key": "c"}}]
+    bot = make_bot({"demo": runbook(steps)})
+    ex = run(bot)
+    assert ex.state == "failed"
+    assert ("test.forget", "a") not in fakes.JOURNAL
+    assert ("test.forget", "b") in fakes.JOURNAL
+    assert fakes.STATE["a"] is True
+    assert "undo_skipped" in _kinds(bot, ex.id)
+
+
+def test_undo_if_failed_undoes_the_failing_step_too(make_bot: Any) -> None:
+    fakes.FAILURES["c"] = 9
+    steps = [record("a", "a"),
+             {"id": "c", "action": "test.flaky", "with": {"key": "c"}, "undo_if_failed": True,
+              "undo": {"action": "test.forget", "with": {"key": "c"}}}]
+    ex = run(make_bot({"demo": runbook(steps)}))
+    assert ex.state == "failed"
+    assert fakes.JOURNAL[-2:] == [("test.forget", "c"), ("test.forget", "a")]

@@ -374,3 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     except LabError as exc:
         print(f"lab: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # `lab status | head`: point stdout at /dev/null so the exit flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

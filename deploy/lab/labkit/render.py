@@ -107,6 +107,7 @@ def bot_yaml(layout: Layout, nodes: list[str], ports: Ports, restd_url: str) -> 
         mariadb_port=str(ports.service("mariadb")),
         slurmrestd_url=restd_url,
         bin_dir=str(layout.bin),
+        lab_command=str(TEMPLATE.parent / "lab"),
     )
 
 
