@@ -43,7 +43,7 @@ class EngineConfig(BaseModel):
     poll_seconds: float = Field(default=1.0, gt=0)
     lock_ttl_seconds: float = Field(default=4 * 3600.0, gt=0)
     default_step_timeout: str = "1h"
-    retry_delay_seconds: float = Field(default=5.0, ge=0)
+    max_parallel: int = Field(default=8, ge=1, le=256)  # executions one engine drives at once
 
 
 def shipped_runbooks() -> Path:

@@ -469,11 +469,12 @@ class Engine:
 
     # --- the engine loop -----------------------------------------------------------------
 
-    def runnable(self) -> list[int]:
+    def runnable(self) -> list[tuple[int, str]]:
+        """Active executions no live engine drives: (id, state)."""
         now = time.time()
         with self.bot.engine.connect() as conn:
             rows = conn.execute(
-                select(executions_table.c.id)
+                select(executions_table.c.id, executions_table.c.state)
                 .where(
                     executions_table.c.state.in_(sorted(ACTIVE)),
                     or_(executions_table.c.owner.is_(None),
@@ -481,20 +482,40 @@ class Engine:
                 )
                 .order_by(executions_table.c.id)
             )
-            return list(rows.scalars())
+            return [(row.id, row.state) for row in rows]
 
     def run_pending(self, *, once: bool = False, stop: threading.Event | None = None) -> None:
-        """Drive every runnable execution; with ``once``, return when none is left to run."""
+        """Drive runnable executions, each in its own thread (at most engine.max_parallel).
+
+        Requests still waiting for approval are only checked for expiry here; they
+        start once approved. With ``once``, return when nothing is left to run.
+        """
         stop = stop or threading.Event()
+        workers: dict[int, threading.Thread] = {}
+        limit = self.bot.config.engine.max_parallel
         while not stop.is_set():
-            progressed = False
-            for execution_id in self.runnable():
-                before = self._load(execution_id)
-                after = self.drive(execution_id, wait_for_approval=False)
-                progressed |= after.state != before.state or after.terminal
-            if once and not progressed:
+            for execution_id, worker in list(workers.items()):
+                if not worker.is_alive():
+                    del workers[execution_id]
+            for execution_id, state in self.runnable():
+                if execution_id in workers:
+                    continue
+                if state == "awaiting_approval":
+                    self.drive(execution_id, wait_for_approval=False)
+                elif len(workers) < limit:
+                    worker = threading.Thread(
+                        target=self.drive, args=(execution_id,),
+                        kwargs={"wait_for_approval": False}, name=f"execution-{execution_id}",
+                        daemon=True,
+                    )
+                    worker.start()
+                    workers[execution_id] = worker
+            if once and not workers and not any(s != "awaiting_approval"
+                                                for _, s in self.runnable()):
                 return
             stop.wait(self.bot.config.engine.poll_seconds)
+        for worker in workers.values():
+            worker.join()
 
 
 def _needs_undo(step: PlannedStep, done: executions.StepState) -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import IntegrityError
 
 from bot import audit, confirming, executions, locking, params, versions
 from bot.catalogue import Catalogue
@@ -117,6 +118,15 @@ class Bot:
         deadline = now + plan.approval.expires_seconds if plan.approval.required else None
         lock_until = max(now + self.config.engine.lock_ttl_seconds, (deadline or now) + 60)
         loaded = self.runbook(name)
+        try:
+            return self._record_request(plan, loaded, user, source, now, deadline, lock_until)
+        except IntegrityError:
+            # Another request took one of the locks between our read and our write
+            # (PostgreSQL); the second attempt sees it and refuses with its holder.
+            return self._record_request(plan, loaded, user, source, now, deadline, lock_until)
+
+    def _record_request(self, plan: Plan, loaded: LoadedRunbook, user: str, source: str,
+                        now: float, deadline: float | None, lock_until: float) -> int:
         with self.engine.begin() as conn:
             execution_id = executions.create(conn, plan, user, loaded.runbook.resume, deadline)
             token = locking.acquire(conn, plan.locks, execution_id, user, lock_until, now)

@@ -84,7 +84,7 @@ def lab_config(url: str, runbook_dir: Path, **overrides: Any) -> Config:
         "requesters": ["group:oncall", "group:gpu-leads"],
         "approvers": ["group:gpu-leads"],
         "inventory": {"nodes": NODES},
-        "engine": {"lease_seconds": 2, "poll_seconds": 0.05, "retry_delay_seconds": 0},
+        "engine": {"lease_seconds": 2, "poll_seconds": 0.05},
     }
     data.update(overrides)
     return Config.model_validate(data)

@@ -303,3 +303,21 @@ def test_undo_if_failed_undoes_the_failing_step_too(make_bot: Any) -> None:
     ex = run(make_bot({"demo": runbook(steps)}))
     assert ex.state == "failed"
     assert fakes.JOURNAL[-2:] == [("test.forget", "c"), ("test.forget", "a")]
+
+
+def test_engine_loop_drives_executions_side_by_side(make_bot: Any) -> None:
+    steps = [{"id": "wait", "action": "test.gate", "with": {"key": "{{ node }}"}}]
+    bot = make_bot({"demo": runbook(steps)})
+    first = bot.request("demo", {"node": "gpu01"}, "alice")
+    second = bot.request("demo", {"node": "gpu02"}, "bob")
+    engine = Engine(bot)
+    loop = threading.Thread(target=engine.run_pending, kwargs={"once": True})
+    loop.start()
+    for node in ("gpu01", "gpu02"):  # both wait at their gates at the same time
+        assert fakes.STARTED.setdefault(node, threading.Event()).wait(10)
+    for node in ("gpu01", "gpu02"):
+        fakes.GATES[node].set()
+    loop.join(20)
+    engine.close()
+    assert not loop.is_alive()
+    assert bot.get(first).state == "succeeded" and bot.get(second).state == "succeeded"
