@@ -28,7 +28,6 @@ class MariaDBConfig(BaseModel):
     password_env: str | None = None  # name of an environment variable holding the password
     dump_command: str = "mariadb-dump"
     client_command: str = "mariadb"
-    backup_dir: str = "/var/backups/slurmdbd"  # where safety copies are written
     timeout: float = Field(default=3600, gt=0)
 
     def connection_args(self) -> list[str]:

@@ -5,30 +5,35 @@ the actions a runbook may *name* (every action any adapter ships). Runbooks are
 validated against the second, so a shipped runbook for MariaDB still loads on a
 site without MariaDB; planning it says which configuration section is missing.
 
-Implementations are passed in (tests hand over their own); ``from_config`` is the
+Implementations are passed in (tests hand over their own); bot.assembly is the
 one place that decides which adapters a configured bot offers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from adapters.actions import Action, StrictArguments
 from adapters.host import HostRunAction
-from adapters.mariadb import DumpAction, RestoreAction, mariadb_actions
+from adapters.mariadb import DumpAction, RestoreAction
 from adapters.notify import ConfirmAction, Confirmations, NotifyAction
+from adapters.slurm.actions import ACTION_CLASSES as SLURM_ACTIONS
+from adapters.slurm.health import HealthCheckAction
+from adapters.slurm.rolling import DriverRolloutAction
 from bot.config import Config
 
 # Every action class any adapter ships, with the configuration section that enables it.
+_SHIPPED: list[tuple[Any, str]] = [
+    (NotifyAction, "always"),
+    (ConfirmAction, "always"),
+    (HostRunAction, "always"),
+    (DumpAction, "mariadb"),
+    (RestoreAction, "mariadb"),
+    *((cls, "slurm") for cls in (*SLURM_ACTIONS, HealthCheckAction, DriverRolloutAction)),
+]
 KNOWN: dict[str, tuple[type[StrictArguments], str]] = {
-    cls.name: (cls.Arguments, section)
-    for cls, section in (
-        (NotifyAction, "always"),
-        (ConfirmAction, "always"),
-        (HostRunAction, "always"),
-        (DumpAction, "mariadb"),
-        (RestoreAction, "mariadb"),
-    )
+    cls.name: (cls.Arguments, section) for cls, section in _SHIPPED
 }
 
 
@@ -65,13 +70,6 @@ class Catalogue:
 
     def names(self) -> list[str]:
         return sorted(self._actions)
-
-
-def from_config(config: Config, confirmations: Confirmations) -> Catalogue:
-    actions = standard_actions(config, confirmations)
-    if config.mariadb is not None:
-        actions.extend(mariadb_actions(config.mariadb))
-    return Catalogue(actions, KNOWN)
 
 
 def standard_actions(config: Config, confirmations: Confirmations) -> list[Action]:

@@ -79,7 +79,7 @@ class FileEvaluator:
         spec = check.spec["file"]
         path = Path(str(spec.get("path", "")))
         try:
-            limit = parse_duration(str(spec.get("max_age", "1d")))
+            limit = parse_duration(spec.get("max_age", "1d"))
         except ValueError as exc:
             return Outcome(False, None, f"max_age: {exc}")
         try:
@@ -101,15 +101,26 @@ class Checks:
         self._evaluators = dict(evaluators)
         self._sleep = sleep
 
-    def evaluate(self, check: PlannedCheck, poll_seconds: float = 5.0) -> Outcome:
+    def evaluate(self, check: PlannedCheck, poll_seconds: float = 2.0) -> Outcome:
+        """One verdict: passes at once (or within ``within``), then holds ``for`` if asked."""
         evaluator = self._evaluators.get(check.kind)
         if evaluator is None:
             return Outcome(
                 False, None, f"{check.kind} checks are not available in this configuration"
             )
-        deadline = time.monotonic() + check.for_seconds + check.timeout_seconds
+        give_up = time.monotonic() + check.within_seconds
+        deadline = give_up + check.for_seconds + check.timeout_seconds
         outcome = evaluator(check, deadline)
-        if not outcome.passed or check.for_seconds <= 0:
+        while not outcome.passed and time.monotonic() < give_up:
+            self._sleep(min(poll_seconds, max(0.0, give_up - time.monotonic())))
+            outcome = evaluator(check, deadline)
+        if not outcome.passed:
+            if check.within_seconds:
+                return Outcome(False, outcome.value,
+                               f"not within {format_duration(check.within_seconds)}: "
+                               f"{outcome.detail}", outcome.extra)
+            return outcome
+        if check.for_seconds <= 0:
             return outcome
         held_until = time.monotonic() + check.for_seconds
         while time.monotonic() < held_until:

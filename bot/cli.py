@@ -175,27 +175,17 @@ def cmd_describe(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from bot.catalogue import from_config
+    from bot.catalogue import KNOWN
     from bot.loading import load_all
 
     config = _config(args)
     paths = [Path(p) for p in args.paths] or config.runbook_paths
-    found = load_all(paths, from_config(config, _NoConfirmations()).arguments())
+    found = load_all(paths, {name: known[0] for name, known in KNOWN.items()})
     if not found:
         raise UsageError(f"no runbook files in {', '.join(str(p) for p in paths)}")
     for name, loaded in sorted(found.items()):
         print(f"ok  {loaded.path}  {name} {loaded.runbook.version}")
     return EXIT_OK
-
-
-class _NoConfirmations:
-    """Validation runs no step, so it needs no place to keep answers."""
-
-    def ask(self, execution_id: int, step_id: str, question: str) -> None:
-        raise RuntimeError("validate runs no steps")
-
-    def answer(self, execution_id: int, step_id: str) -> tuple[str, str, str] | None:
-        return None
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

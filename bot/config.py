@@ -11,13 +11,13 @@ import getpass
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from adapters.host import HostCommand
 from adapters.mariadb import MariaDBConfig
+from adapters.slurm.config import SlurmConfig
 
 CONFIG_ENV = "RUNBOOK_CONFIG"
 DB_URL_ENV = "RUNBOOK_DB_URL"
@@ -84,8 +84,7 @@ class Config(BaseModel):
     inventory: InventoryConfig = Field(default_factory=InventoryConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     mariadb: MariaDBConfig | None = None  # enables mariadb.dump / mariadb.restore
-    # Sections owned by adapters that later issues add; kept as data until then.
-    slurm: dict[str, Any] = Field(default_factory=dict)
+    slurm: SlurmConfig | None = None  # enables slurm.* actions and slurm checks
 
     @field_validator("requesters", "approvers")
     @classmethod

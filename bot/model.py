@@ -21,7 +21,7 @@ STEP_ID = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 EXPECT = re.compile(r"^\s*(==|!=|<=|>=|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
 
 CHECK_KINDS = ("promql", "command", "capacity", "alerts", "file", "slurm")
-ParamType = Literal["node", "text", "int", "bool", "duration", "enum", "version"]
+ParamType = Literal["node", "nodes", "text", "int", "bool", "duration", "enum", "version"]
 Risk = Literal["low", "medium", "high"]
 
 
@@ -48,6 +48,14 @@ class ParamSpec(Strict):
     max: float | None = None
     choices: list[str] | None = None
     pattern: str | None = None
+
+    @field_validator("min", "max", mode="before")
+    @classmethod
+    def _limit(cls, value: Any) -> Any:
+        """Limits of duration parameters may be written as durations (``max: 48h``)."""
+        if isinstance(value, str):
+            return parse_duration(value)
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> ParamSpec:
@@ -92,13 +100,14 @@ class CheckSpec(Strict):
     command: str | None = None  # an allow-listed host command; its exit code is the value
     capacity: dict[str, Any] | None = None
     alerts: dict[str, str] | None = None
-    file: dict[str, str] | None = None  # {path, max_age}: exists and is recent enough
+    file: dict[str, Any] | None = None  # {path, max_age}: exists and is recent enough
     slurm: dict[str, Any] | None = None  # node states, accounts, slurmdbd queue
     expect: str | None = None
     for_: Duration | None = Field(default=None, alias="for")
+    within: Duration | None = None  # poll until it passes, for at most this long
     timeout: Duration = "60s"
 
-    _check_durations = field_validator("for_", "timeout")(_duration)
+    _check_durations = field_validator("for_", "within", "timeout")(_duration)
 
     @field_validator("expect")
     @classmethod

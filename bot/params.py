@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.slurm import hostlist
 from bot.durations import format_duration, parse_duration
 from bot.model import ParamSpec, Runbook
 
@@ -130,7 +131,8 @@ def _unknown(runbook: Runbook, key: str) -> str:
 def _describe(spec: ParamSpec) -> str:
     if spec.description:
         return spec.description
-    return {"node": "a node name like gpu07", "duration": "like 30m or 2h"}.get(
+    return {"node": "a node name like gpu07", "nodes": "a hostlist like gpu[01-04,07]",
+            "duration": "like 30m or 2h"}.get(
         spec.type, f"a {spec.type}"
     )
 
@@ -175,6 +177,22 @@ def _node(spec: ParamSpec, value: Any, inventory: Inventory) -> str:
         suggestion = f" (did you mean {', '.join(hint)}?)" if hint else ""
         raise ValueError(f'"{text}" is not a known node{suggestion}')
     return text
+
+
+def _nodes(spec: ParamSpec, value: Any, inventory: Inventory) -> str:
+    """A hostlist (``gpu[01-04,07]``) of known nodes; kept in its compressed form."""
+    try:
+        names = hostlist.expand(str(value))
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+    unknown = [name for name in names if name not in inventory.nodes]
+    if unknown:
+        shown = hostlist.compress(unknown) if all(NODE.fullmatch(n) for n in unknown) else "?"
+        raise ValueError(f"{shown}: not known node(s) ({len(unknown)} of {len(names)})")
+    limit = int(spec.max) if spec.max is not None else None
+    if limit is not None and len(names) > limit:
+        raise ValueError(f"{len(names)} nodes; at most {limit}")
+    return hostlist.compress(names)
 
 
 def _int(spec: ParamSpec, value: Any, _: Inventory) -> int:
@@ -238,6 +256,7 @@ def _short(text: str, limit: int = 60) -> str:
 _CONVERTERS = {
     "text": _text,
     "node": _node,
+    "nodes": _nodes,
     "int": _int,
     "bool": _bool,
     "duration": _duration,

@@ -74,6 +74,7 @@ class PlannedCheck:
     spec: dict[str, Any]  # the rendered query / command / guard
     expect: str | None
     for_seconds: float
+    within_seconds: float
     timeout_seconds: float
 
 
@@ -238,5 +239,6 @@ def _plan_check(check: CheckSpec, context: Mapping[str, Any]) -> PlannedCheck:
         spec=spec,
         expect=check.expect,
         for_seconds=parse_duration(check.for_) if check.for_ else 0.0,
+        within_seconds=parse_duration(check.within) if check.within else 0.0,
         timeout_seconds=parse_duration(check.timeout),
     )

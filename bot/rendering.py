@@ -50,6 +50,8 @@ def _checks(title: str, checks: list[PlannedCheck]) -> list[str]:
 
 
 def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
     text = str(value)
     return json.dumps(text) if (" " in text or not text) else text
 

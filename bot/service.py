@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 
 from bot import audit, confirming, executions, locking, params, versions
 from bot.catalogue import Catalogue
-from bot.checks import Checks, CommandEvaluator, FileEvaluator
+from bot.checks import Checks
 from bot.config import Config
 from bot.executions import Execution
 from bot.loading import LoadedRunbook, RunbookError, load_all
@@ -45,17 +45,16 @@ class Bot:
 
     @classmethod
     def from_config(cls, config: Config) -> Bot:
-        from bot.catalogue import from_config
-        from bot.confirming import DatabaseConfirmations
+        from bot.assembly import assemble
 
         nodes = frozenset(config.inventory.nodes)
         engine = db.connect(config.resolved_database_url())
+        parts = assemble(config, engine)
         return cls(
             config=config,
             engine=engine,
-            catalogue=from_config(config, DatabaseConfirmations(engine)),
-            checks=Checks({"command": CommandEvaluator(config.host_commands),
-                           "file": FileEvaluator()}),
+            catalogue=parts.catalogue,
+            checks=parts.checks,
             inventory=params.Inventory(nodes=nodes, slurm=nodes),
         )
 

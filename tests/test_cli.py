@@ -114,6 +114,8 @@ def test_selftest_runs_with_no_configuration(bare_env: dict[str, str]) -> None:
     (["run", "nosuch"], 'no runbook "nosuch"'),
     (["plan", "selftest", "message=`reboot`"], "not allowed"),
     (["run", "selftest", "--as", "carol"], "lab: true"),
+    (["run", "close-maintenance", "name=rack1"], 'configure the "slurm" section'),
+    (["run", "drain-node", "node=gpu01", "reason=x"], "inventory is empty"),
 ])
 def test_bad_input_exits_2_and_changes_nothing(bare_env: dict[str, str], args: list[str],
                                                message: str) -> None:

@@ -7,6 +7,7 @@ $LAB/faults/<node>.json, written by `deploy/lab/lab fault`.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -121,7 +122,46 @@ def driver_install(args: list[str]) -> int:
     return 0
 
 
-TOOLS = {"dcgmi": dcgmi, "nvidia-smi": nvidia_smi, "lab-driver-install": driver_install}
+def parent_node() -> str | None:
+    """The node whose slurmd runs us (through a shell): `slurmd ... -N gpu04` up the tree."""
+    pid = os.getppid()
+    for _ in range(5):
+        try:
+            words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        for flag, value in itertools.pairwise(words):
+            if flag == b"-N":
+                return value.decode()
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # field 4: the parent's pid
+    return None
+
+
+def reboot(args: list[str]) -> int:
+    """slurmd's RebootProgram in the lab: restart this node's slurmd as if it had booted.
+
+    It returns at once; a detached child asks the lab to restart slurmd with -b
+    (so slurmctld sees a reboot and applies nextstate=...).
+    """
+    import subprocess
+
+    name = parent_node() or os.environ.get("SLURMD_NODENAME")
+    if not name:
+        print("lab-reboot: cannot tell which node to reboot", file=sys.stderr)
+        return 1
+    lab = (Path(__file__).resolve().parent / ".lab-command").read_text().strip()
+    log = open(LAB / "log" / f"reboot-{name}.log", "ab")  # noqa: SIM115 - the child keeps it
+    subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; time.sleep(1); "
+         "sys.exit(subprocess.call(sys.argv[1:]))", lab, "service", f"slurmd-{name}", "reboot"],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+    )
+    return 0
+
+
+TOOLS = {"dcgmi": dcgmi, "nvidia-smi": nvidia_smi, "lab-driver-install": driver_install,
+         "lab-reboot": reboot}
 
 if __name__ == "__main__":
     tool = TOOLS.get(Path(sys.argv[0]).name)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fcntl
 import json
 import os
@@ -14,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import daemons as d
-from . import faults, packages, procs, render
+from . import etcd, faults, kube, packages, procs, render
 from .layout import (
     ACCOUNT,
     CLUSTER,
@@ -40,7 +41,8 @@ from .layout import (
 ALL_SLURMD_UP_TO = 16
 SCALE_SLURMD = 4
 # Stop order: clients of a daemon go before the daemon.
-STOP_GROUPS = [["slurmrestd"], ["slurmd-*"], ["slurmctld"], ["slurmdbd"], ["mariadb"], ["munge"]]
+STOP_GROUPS = [["kubeapi"], ["etcd"], ["slurmrestd"], ["slurmd-*"], ["slurmctld"], ["slurmdbd"],
+               ["mariadb"], ["munge"]]
 
 
 def registry(layout: Layout, ports: Ports, nodes: list[str], started: list[str]) -> list[d.Daemon]:
@@ -52,6 +54,8 @@ def registry(layout: Layout, ports: Ports, nodes: list[str], started: list[str])
         d.slurmctld(layout, ports),
         *(d.slurmd(layout, ports, n, nodes.index(n)) for n in started),
         d.slurmrestd(layout, ports),
+        kube.daemon(layout, ports),
+        etcd.daemon(layout, ports),
     ]
 
 
@@ -156,6 +160,13 @@ def bring_up(layout: Layout, info: Info) -> list[str]:
             started.append(daemon.name)
     if d.start(layout, by_name["slurmrestd"]):
         started.append("slurmrestd")
+    if not procs.running_pid(layout, kube.NAME):
+        kube.fresh_state(layout)  # a new API server starts from the seed
+    kube.write_kubeconfig(layout, ports)
+    if d.start(layout, by_name[kube.NAME]):
+        started.append(kube.NAME)
+    if d.start(layout, by_name[etcd.NAME]):
+        started.append(etcd.NAME)
     return started
 
 
@@ -167,6 +178,8 @@ def finish_info(layout: Layout, info: Info) -> Info:
                    "key_file": str(layout.jwt_key)}
     version = d.run(["sinfo", "--version"]).stdout.split()
     info["slurm_version"] = version[-1] if version else "unknown"
+    info["kubeapi"] = kube.info(layout, ports_of(info))
+    info["etcd"] = etcd.info(layout, ports_of(info))
     info["daemons"] = daemon_table(layout, info)
     info["state"] = "up"
     return info
@@ -267,6 +280,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         all_up &= pid is not None
         state = f"running  pid {pid:<7}" if pid else "stopped           "
         print(f"  {name:<16} {state} port {port if port else '-'}")
+    if "etcd" in info:
+        print(f"  etcd data dir: {etcd.data_dir(layout)}")
     if procs.running_pid(layout, "slurmctld"):
         out = d.run(["sinfo"], env=d.slurm_env(layout))
         print(out.stdout.rstrip() or out.stderr.rstrip())
@@ -279,7 +294,11 @@ def cmd_env(args: argparse.Namespace) -> int:
         "SLURM_CONF": str(layout.slurm_conf),
         "RUNBOOK_LAB_DIR": str(layout.root),
         "RUNBOOK_CONFIG": str(layout.bot_yaml),
+        "KUBECONFIG": str(kube.kubeconfig_path(layout)),
     }
+    etcd_info = layout.read_info().get("etcd")
+    if etcd_info:
+        exports.update(ETCDCTL_API="3", ETCDCTL_ENDPOINTS=etcd_info["endpoint"])
     for key, value in exports.items():
         print(f"export {key}={shlex.quote(value)}")
     print(f"export PATH={shlex.quote(str(layout.bin))}:\"$PATH\"")
@@ -288,6 +307,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def known_node(layout: Layout, node: str) -> None:
     nodes = layout.read_info().get("nodes")
+    if node in kube.KUBE_NODES or node == kube.FAULT_NODE:
+        return  # the Kubernetes pool's nodes and the API server itself
     if nodes and node not in nodes:
         raise LabError(f"unknown node {node!r}; lab nodes are {nodes[0]}..{nodes[-1]}")
 
@@ -322,9 +343,13 @@ def cmd_service(args: argparse.Namespace) -> int:
         print(f"{daemon.name}: " + (f"running pid {pid}" if pid else "stopped"))
         return 0 if pid else 1
     with locked(layout):
-        if args.action in ("stop", "restart"):
+        if args.action == "reboot" and not daemon.name.startswith("slurmd-"):
+            raise LabError("only a node's slurmd can be rebooted (slurmd-gpuNN)")
+        if args.action in ("stop", "restart", "reboot"):
             procs.stop(layout, [daemon.name])
-        if args.action in ("start", "restart"):
+        if args.action == "reboot":  # -b: slurmd reports that the node has just booted
+            daemon = dataclasses.replace(daemon, argv=[*daemon.argv, "-b"])
+        if args.action in ("start", "restart", "reboot"):
             d.start(layout, daemon)
             if daemon.name == "slurmctld":
                 # Wait until the slurmds re-registered, so callers see a usable cluster.
@@ -334,6 +359,20 @@ def cmd_service(args: argparse.Namespace) -> int:
         info["daemons"] = daemon_table(layout, info)
         layout.write_info(info)
     print(f"{daemon.name}: {args.action} done")
+    return 0
+
+
+def cmd_etcd_switch(args: argparse.Namespace) -> int:
+    layout = Layout(lab_dir())
+    info = layout.read_info()
+    if "etcd" not in info:
+        raise LabError(f"no lab etcd at {layout.root}; run `lab up` first")
+    with locked(layout):
+        previous, took = etcd.switch(layout, ports_of(info), Path(args.data_dir))
+        info["etcd"] = etcd.info(layout, ports_of(info))
+        info["daemons"] = daemon_table(layout, info)
+        layout.write_info(info)
+    print(f"etcd: now on {info['etcd']['data_dir']} (was {previous}), healthy after {took:.1f}s")
     return 0
 
 
@@ -355,15 +394,22 @@ def parser() -> argparse.ArgumentParser:
     fault = sub.add_parser("fault", help="NODE key=value... | NODE clear")
     fault.add_argument("node")
     fault.add_argument("pairs", nargs="+", metavar="key=value",
-                       help="health=fail|pass, driver=VERSION, gpu=N, any key=value, or clear")
+                       help="health=fail|pass, driver=VERSION, gpu=N, upgrade=fail, any "
+                       "key=value, or clear; NODE kube: api=500|hang|ok")
     fault.set_defaults(func=cmd_fault)
     drv = sub.add_parser("driver", help="print the driver version NODE reports")
     drv.add_argument("node")
     drv.set_defaults(func=cmd_driver)
     svc = sub.add_parser("service", help="stop|start|restart|status one lab daemon")
-    svc.add_argument("name", help="slurmdbd, slurmctld, slurmrestd, mariadb, munge, slurmd-gpuNN")
-    svc.add_argument("action", choices=["stop", "start", "restart", "status"])
+    svc.add_argument("name", help="slurmdbd, slurmctld, slurmrestd, mariadb, munge, "
+                     "kubeapi, etcd, slurmd-gpuNN")
+    svc.add_argument("action", choices=["stop", "start", "restart", "reboot", "status"])
     svc.set_defaults(func=cmd_service)
+    sw = sub.add_parser("etcd-switch", help="restart the lab's etcd on another data directory "
+                        "(a restored snapshot); later starts keep using it")
+    sw.add_argument("data_dir", help="an etcd data directory holding member/ "
+                    "(restored with --name grblab and the lab's peer URL)")
+    sw.set_defaults(func=cmd_etcd_switch)
     return p
 
 

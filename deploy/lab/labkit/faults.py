@@ -9,14 +9,17 @@ from pathlib import Path
 from .layout import DEFAULT_DRIVER, Info, LabError, Layout
 
 FAKE_TOOLS = Path(__file__).resolve().parent.parent / "labbin" / "fakegpu.py"
-TOOL_NAMES = ["dcgmi", "nvidia-smi", "lab-driver-install"]
-CHOICES = {"health": {"pass", "fail"}}
+TOOL_NAMES = ["dcgmi", "nvidia-smi", "lab-driver-install", "lab-reboot"]
+LAB_COMMAND = Path(__file__).resolve().parent.parent / "lab"
+CHOICES = {"health": {"pass", "fail"}, "api": {"500", "hang", "ok"},
+           "upgrade": {"fail", "ok"}}
 
 
 def install_tools(layout: Layout) -> None:
     target = layout.bin / "fakegpu.py"
     shutil.copyfile(FAKE_TOOLS, target)
     target.chmod(0o755)
+    (layout.bin / ".lab-command").write_text(str(LAB_COMMAND) + "\n")  # for lab-reboot
     for name in TOOL_NAMES:
         link = layout.bin / name
         if not link.is_symlink():

@@ -30,7 +30,8 @@ DEFAULT_DRIVER = "535.161.08"
 PORT_FLOOR = 10000
 SLOT_SIZE = 400
 SLOTS = (32768 - PORT_FLOOR) // SLOT_SIZE - 1
-SERVICE_OFFSETS = {"slurmctld": 0, "slurmdbd": 1, "slurmrestd": 2, "mariadb": 3}
+SERVICE_OFFSETS = {"slurmctld": 0, "slurmdbd": 1, "slurmrestd": 2, "mariadb": 3,
+                   "kubeapi": 4, "etcd": 5, "etcd_peer": 6}
 SLURMD_OFFSET = 10
 MAX_NODES = SLOT_SIZE - SLURMD_OFFSET
 # Unix socket paths are limited to 108 bytes (sun_path).

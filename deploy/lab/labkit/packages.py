@@ -9,6 +9,7 @@ import sys
 PACKAGES = [
     "slurm-wlm", "slurmctld", "slurmd", "slurmdbd", "slurmrestd", "slurm-client",
     "munge", "mariadb-server", "slurm-wlm-jwt-plugin",
+    "etcd-server", "etcd-client",
 ]
 
 

@@ -52,6 +52,10 @@ GresTypes=gpu
 MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2
+# `scontrol reboot` runs this on the node: it restarts the node's slurmd with -b
+# ("report node rebooted"), which is what a real reboot looks like to slurmctld.
+RebootProgram={layout.bin}/lab-reboot
+ResumeTimeout=120
 # Every slurmd shares 127.0.0.1: talk to each directly, never forward through
 # another node (most are not started in scale labs).
 TreeWidth=65533
@@ -108,6 +112,7 @@ def bot_yaml(layout: Layout, nodes: list[str], ports: Ports, restd_url: str) -> 
         slurmrestd_url=restd_url,
         bin_dir=str(layout.bin),
         lab_command=str(TEMPLATE.parent / "lab"),
+        kubeconfig=str(layout.root / "kubeconfig"),
     )
 
 

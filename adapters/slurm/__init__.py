@@ -1,0 +1,56 @@
+"""Slurm: the backend Protocol, its CLI and pyslurm implementations, and the ``slurm.*`` actions.
+
+    config = SlurmConfig(slurm_conf="/etc/slurm/slurm.conf")
+    actions = SlurmActions(make_backend(config), config).all()
+"""
+
+from adapters.slurm.actions import (
+    ACTION_CLASSES,
+    DrainAction,
+    NodeInfoAction,
+    RebootAction,
+    ReservationCreateAction,
+    ReservationDeleteAction,
+    ResumeAction,
+    RunOnNodeAction,
+    SlurmActions,
+    WaitIdleAction,
+    slurm_actions,
+)
+from adapters.slurm.backend import (
+    AccountUsage,
+    Job,
+    NodeInfo,
+    Reservation,
+    SlurmBackend,
+    SlurmctldUnreachable,
+    SlurmError,
+)
+from adapters.slurm.cli import CliBackend
+from adapters.slurm.config import SlurmConfig
+from adapters.slurm.pyslurm_backend import PyslurmBackend, make_backend
+
+__all__ = [
+    "ACTION_CLASSES",
+    "AccountUsage",
+    "CliBackend",
+    "DrainAction",
+    "Job",
+    "NodeInfo",
+    "NodeInfoAction",
+    "PyslurmBackend",
+    "RebootAction",
+    "Reservation",
+    "ReservationCreateAction",
+    "ReservationDeleteAction",
+    "ResumeAction",
+    "RunOnNodeAction",
+    "SlurmActions",
+    "SlurmBackend",
+    "SlurmConfig",
+    "SlurmError",
+    "SlurmctldUnreachable",
+    "WaitIdleAction",
+    "make_backend",
+    "slurm_actions",
+]

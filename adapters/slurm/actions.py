@@ -1,0 +1,512 @@
+"""The ``slurm.*`` actions: drain, resume, wait_idle, reservations, reboot, run_on_node, node_info.
+
+Each reads the cluster first and changes only what still needs changing, so running a
+step twice equals running it once (``ActionResult.changed`` says whether anything
+changed). ``plan()`` shows the scontrol/srun lines an on-call engineer would type.
+Batches are one scontrol call: ``scontrol update NodeName=gpu[01-64] State=DRAIN ...``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BeforeValidator, Field, field_validator
+
+from adapters.actions import (
+    Action,
+    ActionContext,
+    ActionError,
+    ActionResult,
+    ActionTimeout,
+    StrictArguments,
+)
+from adapters.host import OUTPUT_LIMIT, HostCommand
+from adapters.slurm import commands
+from adapters.slurm.backend import REBOOT_FLAGS, NodeInfo, SlurmBackend, SlurmError
+from adapters.slurm.config import SlurmConfig
+from adapters.slurm.hostlist import compress, expand
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*([smhd]))+\s*$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
+
+
+def _seconds(value: Any) -> Any:
+    """Seconds as a number, or written like 90s, 30m, 2h, 1h30m, 1d."""
+    if isinstance(value, str):
+        stripped = value.strip()
+        try:
+            return float(stripped)
+        except ValueError:
+            pass
+        if not _DURATION.match(stripped):
+            raise ValueError(f"{value!r} is not a duration: give seconds or e.g. 90s, 30m, 2h")
+        return sum(float(n) * _UNITS[u] for n, u in _DURATION_PART.findall(stripped))
+    return value
+
+
+Seconds = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
+NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+
+
+def _human(seconds: float) -> str:
+    seconds = round(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _check_text(value: str) -> str:
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("must be one line without control characters")
+    return value
+
+
+class _NodesArguments(StrictArguments):
+    nodes: str = Field(description="hostlist expression: gpu07, gpu[01-04,07]")
+
+    @field_validator("nodes")
+    @classmethod
+    def _hostlist(cls, value: str) -> str:
+        expand(value)
+        return value
+
+    @property
+    def names(self) -> list[str]:
+        return expand(self.nodes)
+
+    @property
+    def hostlist(self) -> str:
+        return compress(self.names)
+
+
+class DrainArguments(_NodesArguments):
+    reason: str = Field(min_length=1, max_length=256)
+
+    @field_validator("reason")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        return _check_text(value)
+
+
+class ResumeArguments(_NodesArguments):
+    wait: bool = True  # wait until the nodes respond again (NOT_RESPONDING clears)
+    wait_timeout: Seconds = 60.0
+
+
+class WaitIdleArguments(_NodesArguments):
+    timeout: Seconds
+    requeue: bool = False
+    poll: Seconds = 2.0
+
+
+class ReservationCreateArguments(_NodesArguments):
+    name: str = Field(pattern=NAME_PATTERN)
+    start: str = Field(default="now", pattern=r"^(now(\+\d+(seconds|minutes|hours|days)?)?|"
+                                                r"\d{4}-\d\d-\d\d(T\d\d:\d\d(:\d\d)?)?)$")
+    duration: Seconds
+    flags: list[str] = Field(default_factory=lambda: ["MAINT", "IGNORE_JOBS"])
+    users: list[str] = Field(default_factory=lambda: ["root"])
+
+    @field_validator("flags")
+    @classmethod
+    def _flags(cls, value: list[str]) -> list[str]:
+        for flag in value:
+            if not re.fullmatch(r"[A-Za-z_]{1,32}", flag):
+                raise ValueError(f"{flag!r} is not a reservation flag like MAINT or IGNORE_JOBS")
+        return [flag.upper() for flag in value]
+
+    @field_validator("users")
+    @classmethod
+    def _users(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("a reservation needs at least one user (e.g. root)")
+        for user in value:
+            if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", user):
+                raise ValueError(f"{user!r} is not a user name")
+        return value
+
+
+class ReservationDeleteArguments(StrictArguments):
+    name: str = Field(pattern=NAME_PATTERN)
+
+
+class RebootArguments(_NodesArguments):
+    nextstate: Literal["RESUME", "DOWN"] = "RESUME"
+    reason: str = Field(min_length=1, max_length=256)
+    wait: bool = False  # wait until the nodes rebooted and answer again
+    wait_timeout: Seconds = 900.0
+    poll: Seconds = 2.0
+
+    @field_validator("reason")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        return _check_text(value)
+
+
+class RunOnNodeArguments(StrictArguments):
+    node: str = Field(pattern=r"^[A-Za-z0-9._-]{1,128}$")
+    reservation: str | None = Field(default=None, pattern=NAME_PATTERN)
+    command: str
+    args: list[str] = Field(default_factory=list)
+    expect_exit: int = 0
+
+
+class NodeInfoArguments(_NodesArguments):
+    pass
+
+
+class _SlurmAction:
+    name: ClassVar[str]
+    Arguments: ClassVar[type[StrictArguments]]
+
+    def plan(self, args: Any) -> list[str]:
+        raise NotImplementedError
+
+    def run(self, args: Any, ctx: ActionContext) -> ActionResult:
+        raise NotImplementedError
+
+    def __init__(self, backend: SlurmBackend, config: SlurmConfig | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.backend = backend
+        self.config = config or SlurmConfig()
+        self._sleep = sleep
+
+    def _read(self, names: list[str], with_jobs: bool = True) -> list[NodeInfo]:
+        found = self.backend.nodes(names, with_jobs=with_jobs)
+        missing = sorted(set(names) - {node.name for node in found})
+        if missing:
+            raise ActionError(
+                f"Slurm does not know {compress(missing)}: check the node names "
+                "(sinfo -N lists the cluster's nodes)"
+            )
+        return found
+
+    def _wait_nodes(self, names: list[str], ctx: ActionContext, limit: float, poll: float,
+                    done: Callable[[NodeInfo], bool], what: str) -> list[NodeInfo]:
+        """Poll until ``done`` holds for every node; ActionTimeout naming the rest."""
+        deadline = time.monotonic() + min(limit, ctx.remaining())
+        while True:
+            nodes = self._read(names, with_jobs=False)
+            pending = [node for node in nodes if not done(node)]
+            if not pending:
+                return nodes
+            if time.monotonic() >= deadline:
+                raise ActionTimeout(
+                    f"{compress([n.name for n in pending])} still not {what} after "
+                    f"{_human(limit)}: " + "; ".join(n.describe() for n in pending[:10])
+                )
+            ctx.check_deadline(f"waiting for {compress([n.name for n in pending])} to be {what}")
+            self._sleep(max(0.05, min(poll, deadline - time.monotonic())))
+
+
+class DrainAction(_SlurmAction):
+    name: ClassVar[str] = "slurm.drain"
+    Arguments: ClassVar[type[StrictArguments]] = DrainArguments
+
+    def plan(self, args: DrainArguments) -> list[str]:
+        return [commands.show(commands.update_nodes(args.names, "DRAIN", args.reason))]
+
+    def run(self, args: DrainArguments, ctx: ActionContext) -> ActionResult:
+        nodes = self._read(args.names, with_jobs=False)
+        already = [n.name for n in nodes if "DRAIN" in n.flags]
+        todo = [n.name for n in nodes if "DRAIN" not in n.flags]
+        details: dict[str, Any] = {"drained": todo, "already_drained": already}
+        if not todo:
+            return ActionResult(f"{args.hostlist} already drained", details, changed=False)
+        self.backend.update_nodes(todo, "DRAIN", args.reason)
+        summary = f'drained {compress(todo)} (reason "{args.reason}")'
+        if already:
+            summary += f"; {compress(already)} already drained"
+        return ActionResult(summary, details)
+
+
+class ResumeAction(_SlurmAction):
+    name: ClassVar[str] = "slurm.resume"
+    Arguments: ClassVar[type[StrictArguments]] = ResumeArguments
+
+    def plan(self, args: ResumeArguments) -> list[str]:
+        lines = [commands.show(commands.update_nodes(args.names, "RESUME", None))]
+        if args.wait:
+            lines.append(f"wait until {args.hostlist} respond (at most "
+                         f"{_human(args.wait_timeout)})")
+        return lines
+
+    def run(self, args: ResumeArguments, ctx: ActionContext) -> ActionResult:
+        nodes = self._read(args.names, with_jobs=False)
+        todo = [n.name for n in nodes if "DRAIN" in n.flags or n.state == "down"]
+        skipped = [n.name for n in nodes if n.name not in todo]
+        details: dict[str, Any] = {"resumed": todo, "already_in_service": skipped}
+        if todo:
+            try:
+                self.backend.update_nodes(todo, "RESUME", None)
+            except SlurmError as exc:
+                # Slurm 22.05 clears DRAIN on never-registered (UNKNOWN) nodes but still
+                # answers "Invalid node state specified": judge by what the nodes show now.
+                if "Invalid node state specified" not in str(exc):
+                    raise
+                still = [n.name for n in self._read(todo, with_jobs=False) if "DRAIN" in n.flags]
+                if still:
+                    raise
+                details["scontrol_warning"] = exc.stderr
+            ctx.progress(f"resumed {compress(todo)}")
+        if args.wait:
+            after = self._wait_nodes(args.names, ctx, args.wait_timeout, 0.5,
+                                     lambda n: n.responding and "DRAIN" not in n.flags,
+                                     "responding and undrained")
+            details["nodes"] = [n.as_dict() for n in after]
+        if not todo:
+            return ActionResult(f"{args.hostlist} already in service", details, changed=False)
+        return ActionResult(f"resumed {compress(todo)}", details)
+
+
+class WaitIdleAction(_SlurmAction):
+    name: ClassVar[str] = "slurm.wait_idle"
+    Arguments: ClassVar[type[StrictArguments]] = WaitIdleArguments
+
+    def plan(self, args: WaitIdleArguments) -> list[str]:
+        lines = []
+        if args.requeue:
+            lines.append(f"scontrol requeue <jobs running on {args.hostlist}>")
+        lines.append(f"wait until no job runs on {args.hostlist} (squeue; at most "
+                     f"{_human(args.timeout)})")
+        return lines
+
+    def run(self, args: WaitIdleArguments, ctx: ActionContext) -> ActionResult:
+        started = time.monotonic()
+        deadline = started + min(args.timeout, ctx.remaining())
+        requeued: list[int] = []
+        last_line = ""
+        while True:
+            running = [job for job in self.backend.jobs(args.names) if job.active]
+            if not running:
+                waited = time.monotonic() - started
+                summary = f"no job runs on {args.hostlist}"
+                if requeued:
+                    summary += f" (requeued {', '.join(map(str, requeued))})"
+                return ActionResult(summary, {"waited_seconds": round(waited, 1),
+                                              "requeued": requeued}, changed=bool(requeued))
+            if args.requeue:
+                fresh = [job.id for job in running if job.id not in requeued]
+                if fresh:
+                    self.backend.requeue(fresh)
+                    requeued += fresh
+                    ctx.progress(f"requeued {', '.join(map(str, fresh))} on {args.hostlist}")
+            if time.monotonic() >= deadline:
+                raise ActionTimeout(
+                    f"jobs still running on {args.hostlist} after {_human(args.timeout)}: "
+                    + "; ".join(job.describe() for job in running[:20])
+                    + (f" and {len(running) - 20} more" if len(running) > 20 else "")
+                    + " (retry with a longer timeout, requeue: true, or scancel them)"
+                )
+            line = (f"waiting for {len(running)} job(s) on {args.hostlist}: "
+                    + ", ".join(str(job.id) for job in running[:10]))
+            if line != last_line:
+                ctx.progress(line)
+                last_line = line
+            ctx.check_deadline(f"waiting for jobs on {args.hostlist}")
+            self._sleep(max(0.05, min(args.poll, deadline - time.monotonic())))
+
+
+class ReservationCreateAction(_SlurmAction):
+    name: ClassVar[str] = "slurm.reservation_create"
+    Arguments: ClassVar[type[StrictArguments]] = ReservationCreateArguments
+
+    def _argv(self, args: ReservationCreateArguments) -> list[str]:
+        return commands.create_reservation(args.name, args.names, args.start, args.duration,
+                                           args.flags, args.users)
+
+    def plan(self, args: ReservationCreateArguments) -> list[str]:
+        return [commands.show(self._argv(args))]
+
+    def run(self, args: ReservationCreateArguments, ctx: ActionContext) -> ActionResult:
+        existing = {r.name: r for r in self.backend.reservations()}
+        found = existing.get(args.name)
+        if found is not None:
+            if set(found.nodes) == set(args.names):
+                return ActionResult(
+                    f"reservation {args.name} already exists on {args.hostlist}",
+                    {"name": args.name, "nodes": found.nodes, "start": found.start,
+                     "end": found.end, "flags": sorted(found.flags)}, changed=False)
+            on = compress(found.nodes) if found.nodes else "no nodes"
+            raise ActionError(
+                f"reservation {args.name} already exists on {on}, not on {args.hostlist}: "
+                f"delete it first (scontrol delete ReservationName={args.name}) or pick "
+                "another name"
+            )
+        self._read(args.names, with_jobs=False)
+        self.backend.create_reservation(args.name, args.names, args.start, args.duration,
+                                        args.flags, args.users)
+        created = next((r for r in self.backend.reservations() if r.name == args.name), None)
+        details: dict[str, Any] = {"name": args.name, "nodes": args.names}
+        if created is not None:
+            details.update(start=created.start, end=created.end, flags=sorted(created.flags))
+        return ActionResult(
+            f"reservation {args.name} on {args.hostlist} for {_human(args.duration)} "
+            f"({','.join(args.flags)})", details)
+
+
+class ReservationDeleteAction(_SlurmAction):
+    name: ClassVar[str] = "slurm.reservation_delete"
+    Arguments: ClassVar[type[StrictArguments]] = ReservationDeleteArguments
+
+    def plan(self, args: ReservationDeleteArguments) -> list[str]:
+        return [commands.show(commands.delete_reservation(args.name))]
+
+    def run(self, args: ReservationDeleteArguments, ctx: ActionContext) -> ActionResult:
+        if not any(r.name == args.name for r in self.backend.reservations()):
+            return ActionResult(f"reservation {args.name} does not exist (nothing to delete)",
+                                {"name": args.name}, changed=False)
+        self.backend.delete_reservation(args.name)
+        return ActionResult(f"deleted reservation {args.name}", {"name": args.name})
+
+
+class RebootAction(_SlurmAction):
+    name: ClassVar[str] = "slurm.reboot"
+    Arguments: ClassVar[type[StrictArguments]] = RebootArguments
+
+    def plan(self, args: RebootArguments) -> list[str]:
+        lines = [commands.show(commands.reboot(args.names, args.nextstate, args.reason))]
+        if args.wait:
+            lines.append(f"wait until {args.hostlist} rebooted and respond (at most "
+                         f"{_human(args.wait_timeout)})")
+        return lines
+
+    def run(self, args: RebootArguments, ctx: ActionContext) -> ActionResult:
+        before = {n.name: n for n in self._read(args.names, with_jobs=False)}
+        pending = [name for name, n in before.items() if n.flags & REBOOT_FLAGS]
+        todo = [name for name in args.names if name not in pending]
+        details: dict[str, Any] = {"rebooted": todo, "reboot_already_pending": pending}
+        if todo:
+            self.backend.reboot(todo, args.nextstate, args.reason)
+            ctx.progress(f"reboot ASAP requested for {compress(todo)}")
+        if args.wait:
+            def back(node: NodeInfo) -> bool:
+                old = before[node.name].boot_time
+                rebooted = node.boot_time is None or old is None or node.boot_time > old
+                if node.flags & REBOOT_FLAGS or not node.responding or not rebooted:
+                    return False
+                return args.nextstate == "DOWN" or node.state != "down"
+
+            after = self._wait_nodes(args.names, ctx, args.wait_timeout, args.poll, back,
+                                     "back from the reboot")
+            details["nodes"] = [n.as_dict() for n in after]
+        if not todo:
+            return ActionResult(f"reboot of {args.hostlist} already pending", details,
+                                changed=False)
+        return ActionResult(f"reboot ASAP of {compress(todo)} (then {args.nextstate})", details)
+
+
+class RunOnNodeAction(_SlurmAction):
+    name: ClassVar[str] = "slurm.run_on_node"
+    Arguments: ClassVar[type[StrictArguments]] = RunOnNodeArguments
+
+    def _command(self, args: RunOnNodeArguments) -> tuple[HostCommand, list[str]]:
+        command = self.config.commands.get(args.command)
+        if command is None:
+            allowed = ", ".join(sorted(self.config.commands)) or "none"
+            raise ActionError(
+                f'node command "{args.command}" is not allow-listed in the configuration '
+                f"(slurm.commands; allowed: {allowed})"
+            )
+        if args.args and not command.accepts_args:
+            raise ActionError(
+                f'node command "{args.command}" takes no extra arguments '
+                "(set accepts_args: true in its slurm.commands entry to allow them)"
+            )
+        return command, [*command.argv, *args.args]
+
+    def plan(self, args: RunOnNodeArguments) -> list[str]:
+        _, argv = self._command(args)
+        return [commands.show(commands.srun(args.node, args.reservation, argv))]
+
+    def run(self, args: RunOnNodeArguments, ctx: ActionContext) -> ActionResult:
+        command, argv = self._command(args)
+        line = commands.show(commands.srun(args.node, args.reservation, argv))
+        (node,) = self._read([args.node], with_jobs=False)
+        if "DRAIN" in node.flags or node.state == "down":
+            raise ActionError(
+                f"{args.node} is {node.state}+{'+'.join(sorted(node.flags))}: srun cannot start "
+                "a job there and would wait forever; resume the node first (inside a MAINT "
+                "reservation no other job lands on it)"
+            )
+        if args.reservation is not None:
+            reservation = next((r for r in self.backend.reservations()
+                                if r.name == args.reservation), None)
+            if reservation is None:
+                raise ActionError(f"reservation {args.reservation} does not exist: create it "
+                                  "first (slurm.reservation_create)")
+            if args.node not in reservation.nodes:
+                raise ActionError(f"reservation {args.reservation} does not include {args.node}")
+        timeout = min(command.timeout, ctx.remaining())
+        if timeout <= 0:
+            raise ActionTimeout(f"no time left to run {line}")
+        code, out, err = self.backend.run_on_node(args.node, args.reservation, argv, timeout)
+        details = {"argv": commands.srun(args.node, args.reservation, argv), "exit_code": code,
+                   "stdout": out[-OUTPUT_LIMIT:], "stderr": err[-OUTPUT_LIMIT:]}
+        if code != args.expect_exit:
+            tail = [x for x in (out.strip().splitlines() + err.strip().splitlines()) if x][-8:]
+            raise ActionError(f"{line} exited {code} (expected {args.expect_exit}) on "
+                              f"{args.node}: " + " | ".join(t.strip() for t in tail))
+        first = out.strip().splitlines()[:1]
+        summary = f"{args.command} on {args.node}: exit {code}"
+        if first:
+            summary += f" ({first[0].strip()[:120]})"
+        return ActionResult(summary, details)
+
+
+class NodeInfoAction(_SlurmAction):
+    name: ClassVar[str] = "slurm.node_info"
+    Arguments: ClassVar[type[StrictArguments]] = NodeInfoArguments
+
+    def plan(self, args: NodeInfoArguments) -> list[str]:
+        return [f"read the state of {args.hostlist} (sinfo, squeue)"]
+
+    def run(self, args: NodeInfoArguments, ctx: ActionContext) -> ActionResult:
+        nodes = self._read(args.names)
+        summary = "; ".join(n.describe() for n in nodes[:8])
+        if len(nodes) > 8:
+            summary += f"; and {len(nodes) - 8} more"
+        return ActionResult(summary, {"nodes": [n.as_dict() for n in nodes]}, changed=False)
+
+
+ACTION_CLASSES: tuple[type[_SlurmAction], ...] = (
+    DrainAction, ResumeAction, WaitIdleAction, ReservationCreateAction,
+    ReservationDeleteAction, RebootAction, RunOnNodeAction, NodeInfoAction,
+)
+
+
+class SlurmActions:
+    """Every ``slurm.*`` action over one backend: ``SlurmActions(backend, config).all()``."""
+
+    def __init__(self, backend: SlurmBackend, config: SlurmConfig | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.backend = backend
+        self.config = config or SlurmConfig()
+        self._sleep = sleep
+
+    def all(self) -> list[Action]:
+        return [cls(self.backend, self.config, self._sleep) for cls in ACTION_CLASSES]
+
+    def by_name(self) -> dict[str, Action]:
+        return {action.name: action for action in self.all()}
+
+
+def slurm_actions(config: SlurmConfig, backend: SlurmBackend | None = None) -> list[Action]:
+    """The ``slurm.*`` actions for a configuration (backend from ``make_backend``)."""
+    if backend is None:
+        from adapters.slurm.pyslurm_backend import make_backend
+
+        backend = make_backend(config)
+    return SlurmActions(backend, config).all()
+
+
+__all__ = [
+    "ACTION_CLASSES", "DrainAction", "NodeInfoAction", "RebootAction",
+    "ReservationCreateAction", "ReservationDeleteAction", "ResumeAction", "RunOnNodeAction",
+    "SlurmActions", "WaitIdleAction", "slurm_actions",
+]

@@ -1,0 +1,177 @@
+"""``slurm.driver_rollout``: change the GPU driver node by node, at most N at a time.
+
+Per node, in order: drain (running jobs finish), wait until idle, reserve the
+node for maintenance (MAINT, IGNORE_JOBS), resume it inside the reservation (so
+jobs can run there but nobody else's), run the site's driver command with the
+target version through srun, ``scontrol reboot ASAP nextstate=RESUME``, wait
+until the node is back, run the health check, read the driver version back, and
+delete the reservation. A node that fails any of this is drained again with a
+reason that says what failed, and no further node is started (nodes already in
+flight finish). Commands are the configured ones (``SlurmConfig.commands``).
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from pydantic import Field
+
+from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
+from adapters.slurm import hostlist
+from adapters.slurm.backend import REBOOT_FLAGS, SlurmBackend
+from adapters.slurm.config import SlurmConfig
+from adapters.slurm.health import verdict
+
+MAINT = ["MAINT", "IGNORE_JOBS"]
+
+
+class RolloutArguments(StrictArguments):
+    nodes: str
+    version: str = Field(pattern=r"^\d+(\.\d+){0,3}$")
+    max_parallel: int = Field(default=1, ge=1, le=64)
+    reason: str = Field(default="driver change", max_length=150)
+    install_command: str = "driver-install"
+    version_command: str = "driver-version"
+    health_command: str = "health-check"
+    node_timeout: float = Field(default=3600, gt=0)
+    poll: float = Field(default=1.0, gt=0, le=60)
+
+
+@dataclass
+class _Run:
+    args: RolloutArguments
+    ctx: ActionContext
+    stop: threading.Event = field(default_factory=threading.Event)
+    done: dict[str, str] = field(default_factory=dict)  # node -> outcome
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, node: str, outcome: str) -> None:
+        with self.lock:
+            self.done[node] = outcome
+        self.ctx.progress(f"{node}: {outcome} ({len(self.done)} of "
+                          f"{len(hostlist.expand(self.args.nodes))})")
+
+
+class DriverRolloutAction:
+    name: ClassVar[str] = "slurm.driver_rollout"
+    Arguments: ClassVar[type[StrictArguments]] = RolloutArguments
+
+    def __init__(self, backend: SlurmBackend, config: SlurmConfig,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._backend = backend
+        self._config = config
+        self._sleep = sleep
+        self._poll = 1.0
+
+    def _argv(self, name: str, extra: list[str]) -> list[str]:
+        command = self._config.commands.get(name)
+        if command is None:
+            raise ActionError(f'slurm command "{name}" is not configured (slurm.commands); '
+                              f"configured: {', '.join(sorted(self._config.commands)) or 'none'}")
+        return [*command.argv, *extra]
+
+    def plan(self, args: RolloutArguments) -> list[str]:
+        nodes = hostlist.expand(args.nodes)
+        install = shlex.join(self._argv(args.install_command, [args.version]))
+        health = shlex.join(self._argv(args.health_command, []))
+        check = shlex.join(self._argv(args.version_command, []))
+        lines = [f"{len(nodes)} node(s), at most {args.max_parallel} at a time, "
+                 "stop at the first failure"]
+        for node in nodes:
+            res = _reservation(node)
+            lines.append(
+                f"{node}: scontrol update NodeName={node} State=DRAIN Reason=\"{args.reason}\"; "
+                f"wait idle; scontrol create reservation ReservationName={res} Nodes={node} "
+                f"Flags=MAINT,IGNORE_JOBS; resume; srun -w {node} --reservation={res} {install}; "
+                f"scontrol reboot ASAP nextstate=RESUME {node}; srun {health}; "
+                f"srun {check} = {args.version}; scontrol delete reservation {res}"
+            )
+        return lines
+
+    def run(self, args: RolloutArguments, ctx: ActionContext) -> ActionResult:
+        nodes = hostlist.expand(args.nodes)
+        for name in (args.install_command, args.health_command, args.version_command):
+            self._argv(name, [])  # fail before touching any node
+        self._poll = args.poll
+        state = _Run(args, ctx)
+        with ThreadPoolExecutor(args.max_parallel, thread_name_prefix="rollout") as pool:
+            for future in [pool.submit(self._node, state, node) for node in nodes]:
+                future.result()
+        failed = {n: o for n, o in state.done.items() if o.startswith("FAILED")}
+        untouched = [n for n in nodes if n not in state.done]
+        details = {"nodes": state.done, "not_started": untouched, "version": args.version}
+        if failed:
+            raise ActionError(
+                "; ".join(f"{n}: {o}" for n, o in failed.items())
+                + (f"; not started: {hostlist.compress(untouched)}" if untouched else "")
+            )
+        return ActionResult(summary=f"{len(nodes)} node(s) now on driver {args.version}",
+                            details=details)
+
+    def _node(self, state: _Run, node: str) -> None:
+        if state.stop.is_set():
+            return
+        args = state.args
+        deadline = min(time.monotonic() + args.node_timeout, state.ctx.deadline)
+        res = _reservation(node)
+        try:
+            self._backend.update_nodes([node], "DRAIN", f"{args.reason} -> {args.version}")
+            self._wait(lambda: not [j for j in self._backend.jobs([node]) if j.active],
+                       deadline, f"{node}: its jobs to end")
+            if not any(r.name == res for r in self._backend.reservations()):
+                self._backend.create_reservation(res, [node], "now", args.node_timeout, MAINT,
+                                                 ["root"])
+            self._backend.update_nodes([node], "RESUME", None)
+            self._wait(lambda: self._responding(node), deadline, f"{node}: to answer")
+            self._srun(node, res, args.install_command, [args.version], deadline)
+            self._backend.reboot([node], "RESUME", f"{args.reason} -> {args.version}")
+            self._sleep(args.poll)
+            self._wait(lambda: self._responding(node), deadline, f"{node}: to come back")
+            self._srun(node, res, args.health_command, [], deadline)
+            seen = self._srun(node, res, args.version_command, [], deadline).strip()
+            first = seen.splitlines()[0].strip() if seen else ""
+            if first != args.version:
+                raise ActionError(f"reports driver {first or 'nothing'}, not {args.version}")
+            self._backend.delete_reservation(res)
+            state.record(node, f"on driver {args.version}")
+        except ActionError as exc:
+            state.stop.set()
+            self._leave_drained(node, res, f"driver {args.version} failed: {exc}")
+            state.record(node, f"FAILED: {exc}")
+
+    def _leave_drained(self, node: str, res: str, reason: str) -> None:
+        try:
+            self._backend.update_nodes([node], "DRAIN", reason[:200])
+            self._backend.delete_reservation(res)
+        except ActionError:
+            pass  # the node's failure is already reported; this is best effort
+
+    def _srun(self, node: str, res: str, command: str, extra: list[str], deadline: float) -> str:
+        argv = self._argv(command, extra)
+        timeout = max(1.0, min(self._config.commands[command].timeout,
+                               deadline - time.monotonic()))
+        code, out, err = self._backend.run_on_node(node, res, argv, timeout)
+        if code != 0:
+            raise ActionError(f"{command} failed: {verdict(out, err, code)}")
+        return out
+
+    def _responding(self, node: str) -> bool:
+        info = self._backend.nodes([node], with_jobs=False)
+        return bool(info) and info[0].responding and not (REBOOT_FLAGS & info[0].flags) and (
+            "DRAIN" not in info[0].flags)
+
+    def _wait(self, condition: Callable[[], bool], deadline: float, what: str) -> None:
+        while not condition():
+            if time.monotonic() >= deadline:
+                raise ActionError(f"timed out waiting for {what}")
+            self._sleep(self._poll)
+
+
+def _reservation(node: str) -> str:
+    return f"driver-{node}"

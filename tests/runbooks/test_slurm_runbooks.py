@@ -1,0 +1,270 @@
+"""The shipped Slurm runbooks end to end against the lab's real Slurm, MariaDB and slurmdbd:
+drain and resume, maintenance reservations, swap-gpu (with a person confirming, and with a
+failing health check), a driver rollback over several nodes (and its stop at the first
+failure), restore-slurmdbd, a wait_idle timeout, and slurmctld stopped in the middle of a run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot import audit
+from bot.config import EngineConfig, load_config
+from bot.engine import Engine
+from bot.executions import Execution
+from bot.service import Bot
+from tests.lab.fixture import Lab
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture
+def bot(lab: Lab, tmp_path: Path) -> Iterator[Bot]:
+    config = load_config(lab.dir / "bot.yaml")
+    config = config.model_copy(update={
+        "database_url": f"sqlite:///{tmp_path / 'bot.db'}",
+        "engine": EngineConfig(lease_seconds=10, poll_seconds=0.1),
+    })
+    yield Bot.from_config(config)
+
+
+def run(bot: Bot, name: str, params: dict[str, str], approvers: tuple[str, ...] = ("carol",),
+        during: Callable[[Bot, int], None] | None = None) -> Execution:
+    """Request as alice, approve, drive to the end (``during`` runs beside the engine)."""
+    execution_id = bot.request(name, params, "alice")
+    for approver in approvers:
+        if bot.get(execution_id).state == "awaiting_approval":
+            bot.approve(execution_id, approver)
+    engine = Engine(bot)
+    result: dict[str, Execution] = {}
+    worker = threading.Thread(target=lambda: result.update(ex=engine.drive(execution_id)))
+    worker.start()
+    try:
+        if during is not None:
+            during(bot, execution_id)
+        worker.join(300)
+    finally:
+        engine.close()
+    assert not worker.is_alive(), "the execution did not end"
+    assert audit.verify(bot.engine).ok
+    return result["ex"]
+
+
+def node(lab: Lab, name: str) -> dict[str, Any]:
+    done = lab.run("scontrol", "show", "node", name, "-o")
+    fields = dict(part.split("=", 1) for part in done.stdout.split() if "=" in part)
+    reason = done.stdout.split("Reason=", 1)[1].split(" [")[0] if "Reason=" in done.stdout else ""
+    return {"state": fields.get("State", ""), "reason": reason}
+
+
+def reservations(lab: Lab) -> str:
+    return lab.run("scontrol", "show", "reservation").stdout
+
+
+def events(bot: Bot, execution_id: int) -> list[dict[str, Any]]:
+    with bot.engine.connect() as conn:
+        return list(audit.events(conn, execution_id=execution_id))
+
+
+def wait_for_event(bot: Bot, execution_id: int, kind: str, step: str | None = None,
+                   seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for event in events(bot, execution_id):
+            if event["kind"] == kind and (step is None or event["data"].get("step") == step):
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"no {kind} event for {step}")
+
+
+def resume_everything(lab: Lab, *nodes: str) -> None:
+    for name in nodes:
+        lab.run("scontrol", "update", f"NodeName={name}", "State=RESUME")
+        lab.lab("fault", name, "clear")
+    for line in reservations(lab).splitlines():
+        if line.startswith("ReservationName="):
+            lab.run("scontrol", "delete", f"ReservationName={line.split()[0].split('=')[1]}")
+
+
+def test_drain_node_then_resume_node(lab: Lab, bot: Bot) -> None:
+    try:
+        ex = run(bot, "drain-node", {"node": "gpu01", "reason": "XID 79 on GPU 3"})
+        assert ex.state == "succeeded", ex.error
+        state = node(lab, "gpu01")
+        assert "DRAIN" in state["state"] and state["reason"] == "XID 79 on GPU 3"
+        ex = run(bot, "resume-node", {"node": "gpu01"})
+        assert ex.state == "succeeded", ex.error
+        assert node(lab, "gpu01")["state"] == "IDLE"
+        assert "resume-gpu01" not in reservations(lab)
+    finally:
+        resume_everything(lab, "gpu01")
+
+
+def test_wait_idle_timeout_undoes_the_drain(lab: Lab, bot: Bot) -> None:
+    job = lab.run("sbatch", "--parsable", "-o", "/dev/null", "-w", "gpu02", "-N1",
+                  "-J", "long-training", "--wrap", "sleep 120").stdout.strip()
+    try:
+        deadline = time.monotonic() + 30
+        while "RUNNING" not in lab.run("squeue", "-h", "-j", job, "-o", "%T").stdout:
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.2)
+        ex = run(bot, "drain-node", {"node": "gpu02", "reason": "ECC", "timeout": "10s"})
+        assert ex.state == "failed"
+        assert "wait-idle failed" in (ex.error or "") and job in (ex.error or "")
+        assert "undone: slurm-drain" in (ex.error or "")
+        assert "DRAIN" not in node(lab, "gpu02")["state"]
+    finally:
+        lab.run("scancel", job)
+        resume_everything(lab, "gpu02")
+
+
+def test_open_and_close_maintenance(lab: Lab, bot: Bot) -> None:
+    try:
+        ex = run(bot, "open-maintenance", {"name": "rack12", "nodes": "gpu[03-04]",
+                                           "duration": "1h"})
+        assert ex.state == "succeeded", ex.error
+        shown = reservations(lab)
+        assert "ReservationName=rack12" in shown and "Nodes=gpu[03-04]" in shown
+        assert "MAINT" in shown and "IGNORE_JOBS" in shown
+        ex = run(bot, "close-maintenance", {"name": "rack12"})
+        assert ex.state == "succeeded", ex.error
+        assert "rack12" not in reservations(lab)
+    finally:
+        resume_everything(lab)
+
+
+def confirm_when_asked(yes: bool = True) -> Callable[[Bot, int], None]:
+    def answer(bot: Bot, execution_id: int) -> None:
+        wait_for_event(bot, execution_id, "confirmation_requested")
+        bot.confirm(execution_id, "alice", yes, "swapped by the DC technician")
+
+    return answer
+
+
+def test_swap_gpu_returns_the_node_to_service(lab: Lab, bot: Bot) -> None:
+    try:
+        ex = run(bot, "swap-gpu", {"node": "gpu03", "gpu": "3", "reason": "XID 79"},
+                 during=confirm_when_asked())
+        assert ex.state == "succeeded", ex.error
+        assert node(lab, "gpu03")["state"] == "IDLE"
+        assert "swap-gpu03" not in reservations(lab)
+        kinds = [e["kind"] for e in events(bot, ex.id)]
+        assert "confirmed" in kinds
+    finally:
+        resume_everything(lab, "gpu03")
+
+
+def test_swap_gpu_failed_health_check_leaves_the_node_drained(lab: Lab, bot: Bot) -> None:
+    lab.lab("fault", "gpu04", "health=fail")
+    try:
+        ex = run(bot, "swap-gpu", {"node": "gpu04", "gpu": "1", "reason": "XID 79"},
+                 during=confirm_when_asked())
+        assert ex.state == "failed"
+        assert "health-check failed" in (ex.error or "")
+        state = node(lab, "gpu04")
+        assert "DRAIN" in state["state"], ex.error
+        assert state["reason"].startswith("health check failed")
+        assert "swap-gpu04" not in reservations(lab)  # the reservation was undone
+    finally:
+        resume_everything(lab, "gpu04")
+
+
+def test_rollback_driver_over_two_nodes(lab: Lab, bot: Bot) -> None:
+    try:
+        ex = run(bot, "rollback-driver", {"nodes": "gpu[01-02]", "version": "550.54.15",
+                                          "max_parallel": "2"}, approvers=("carol", "dave"))
+        assert ex.state == "succeeded", ex.error
+        for name in ("gpu01", "gpu02"):
+            assert lab.lab("driver", name).stdout.strip() == "550.54.15"
+            assert node(lab, name)["state"] == "IDLE"
+        assert "driver-gpu0" not in reservations(lab)
+        reboots = [e for e in events(bot, ex.id) if e["kind"] == "step_finished"
+                   and e["data"]["step"] == "rollout"]
+        assert reboots and reboots[0]["data"]["details"]["nodes"] == {
+            "gpu01": "on driver 550.54.15", "gpu02": "on driver 550.54.15"}
+    finally:
+        for name in ("gpu01", "gpu02"):
+            lab.lab("fault", name, f"driver={lab['default_driver_version']}")
+        resume_everything(lab, "gpu01", "gpu02")
+
+
+def test_rollback_driver_stops_at_the_first_failure(lab: Lab, bot: Bot) -> None:
+    lab.lab("fault", "gpu01", "health=fail")
+    try:
+        ex = run(bot, "rollback-driver", {"nodes": "gpu[01-02]", "version": "550.54.15"},
+                 approvers=("carol", "dave"))
+        assert ex.state == "failed"
+        assert "gpu01: FAILED" in (ex.error or "") and "not started: gpu02" in (ex.error or "")
+        state = node(lab, "gpu01")
+        assert "DRAIN" in state["state"] and "driver 550.54.15 failed" in state["reason"]
+        assert lab.lab("driver", "gpu02").stdout.strip() == lab["default_driver_version"]
+    finally:
+        lab.lab("fault", "gpu01", f"driver={lab['default_driver_version']}")
+        resume_everything(lab, "gpu01", "gpu02")
+
+
+def test_restore_slurmdbd(lab: Lab, bot: Bot, tmp_path: Path) -> None:
+    maria = lab["mariadb"]
+    backup = tmp_path / "slurm_acct_db.sql"
+    with backup.open("w") as out:
+        subprocess.run(["mariadb-dump", f"--socket={maria['socket']}", "--user=root",
+                        "--single-transaction", "--databases", maria["database"]],
+                       stdout=out, check=True, timeout=60)
+    assert lab.run("sacctmgr", "-i", "add", "account", "added-after-backup").returncode == 0
+    # The site's stop command; this one also runs a job while slurmdbd is down, so its
+    # record must travel from slurmctld's queue once slurmdbd is back.
+    stop_then_job = (
+        "import os, subprocess, sys; subprocess.run([sys.argv[1], 'service', 'slurmdbd', "
+        "'stop'], check=True); os.environ['SLURM_CONF'] = sys.argv[2]; subprocess.run(['srun',"
+        " '-w', 'gpu03', '-J', 'while-dbd-down', 'true'], check=True)"
+    )
+    stop = bot.config.host_commands["slurmdbd-stop"]
+    bot.config.host_commands["slurmdbd-stop"] = stop.model_copy(update={
+        "argv": [sys.executable, "-c", stop_then_job, stop.argv[0], lab["slurm_conf"]]})
+    rebuilt = Bot.from_config(bot.config)
+    try:
+        ex = run(rebuilt, "restore-slurmdbd", {
+            "backup": str(backup), "safety_copy": str(tmp_path / "safety.sql")},
+            approvers=("carol", "dave"))
+        assert ex.state == "succeeded", ex.error
+        accounts = lab.run("sacctmgr", "-n", "-P", "list", "account", "format=account").stdout
+        assert "ml-research" in accounts and "added-after-backup" not in accounts
+        assert (tmp_path / "safety.sql").stat().st_size > 0
+        jobs = lab.run("sacct", "-n", "-X", "-P", "--name=while-dbd-down", "-o", "JobName,State",
+                       "-S", "now-1hour").stdout
+        assert "while-dbd-down|COMPLETED" in jobs
+    finally:
+        lab.lab("service", "slurmdbd", "start")
+        lab.run("sacctmgr", "-i", "delete", "account", "added-after-backup")
+
+
+def test_slurmctld_stopped_mid_run(lab: Lab, bot: Bot) -> None:
+    """slurmctld dies while a person is swapping the GPU: the run fails with Slurm's words,
+    the node stays drained, the audit log keeps every event."""
+
+    def stop_controller_then_confirm(bot: Bot, execution_id: int) -> None:
+        wait_for_event(bot, execution_id, "confirmation_requested")
+        assert lab.lab("service", "slurmctld", "stop").returncode == 0
+        bot.confirm(execution_id, "alice", True, None)
+
+    try:
+        ex = run(bot, "swap-gpu", {"node": "gpu02", "gpu": "0", "reason": "XID 48"},
+                 during=stop_controller_then_confirm)
+        assert ex.state == "failed"
+        assert "slurmctld is not answering" in (ex.error or "")
+        kinds = [e["kind"] for e in events(bot, ex.id)]
+        assert kinds.count("step_finished") == 4 and "undo_failed" in kinds
+    finally:
+        assert lab.lab("service", "slurmctld", "start").returncode == 0
+    assert "DRAIN" in node(lab, "gpu02")["state"]
+    resume_everything(lab, "gpu02")
+    details = json.dumps([e["data"] for e in events(bot, ex.id)])
+    assert "swap GPU 0: XID 48" in details
