@@ -51,6 +51,7 @@ bench: venv
 	$(BIN)/python bench/engine_overhead.py
 	$(BIN)/python bench/audit_throughput.py
 	$(BIN)/python bench/cold_start.py
+	$(BIN)/python bench/slurm_batch.py
 
 demo: venv
 	bash deploy/demo.sh

@@ -307,9 +307,11 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([_history_row(ex) for ex in found], indent=2))
         return EXIT_OK
+    from bot.rendering import params_text
+
     for ex in found:
         row = _history_row(ex)
-        params = " ".join(f"{k}={v}" for k, v in ex.params.items())
+        params = params_text(ex.params)
         print(f"{row['id']:>6}  {row['requested_at'][:19]}  {row['state']:<17} "
               f"{row['runbook']:<18} {row['requested_by']:<10} {params}")
     return EXIT_OK

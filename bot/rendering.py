@@ -15,7 +15,7 @@ from bot.planning import Plan, PlannedCheck
 def plan_text(plan: Plan) -> str:
     lines = [
         f"plan for {plan.runbook} {plan.version} (risk {plan.risk})",
-        "parameters: " + (" ".join(f"{k}={_value(v)}" for k, v in plan.params.items()) or "none"),
+        "parameters: " + params_text(plan.params),
         "locks: " + (", ".join(plan.locks) or "none"),
         "approval: " + plan.approval.describe(),
     ]
@@ -49,6 +49,10 @@ def _checks(title: str, checks: list[PlannedCheck]) -> list[str]:
     return lines
 
 
+def params_text(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_value(v)}" for k, v in params.items()) or "none"
+
+
 def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -77,7 +81,7 @@ def describe_text(loaded: LoadedRunbook, policy: str) -> str:
 def status_text(ex: Execution, approvers: list[str]) -> str:
     lines = [
         f"execution {ex.id}: {ex.runbook} {ex.version} — {ex.state.upper()}",
-        "parameters: " + (" ".join(f"{k}={_value(v)}" for k, v in ex.params.items()) or "none"),
+        "parameters: " + params_text(ex.params),
         f"requested by {ex.requested_by} at {ex.requested_at}",
     ]
     if ex.approvals_required:

@@ -100,6 +100,7 @@ def test_driver_fault_and_driver_install(lab: Lab) -> None:
 
 
 def test_up_twice_is_harmless(lab: Lab) -> None:
+    lab.reload()  # other tests restart daemons (reboots, service stop/start)
     before = {n: d["pid"] for n, d in lab["daemons"].items()}
     again = lab.lab("up")
     assert again.returncode == 0, again.stderr

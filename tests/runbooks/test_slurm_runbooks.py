@@ -268,3 +268,21 @@ def test_slurmctld_stopped_mid_run(lab: Lab, bot: Bot) -> None:
     resume_everything(lab, "gpu02")
     details = json.dumps([e["data"] for e in events(bot, ex.id)])
     assert "swap GPU 0: XID 48" in details
+
+
+def test_restore_slurmdbd_from_a_broken_backup_puts_everything_back(lab: Lab, bot: Bot,
+                                                                     tmp_path: Path) -> None:
+    """A backup that breaks halfway: the safety copy goes back in and slurmdbd runs again."""
+    backup = tmp_path / "broken.sql"
+    backup.write_text("USE slurm_acct_db;\nDROP TABLE IF EXISTS acct_table;\nTHIS IS NOT SQL;\n")
+    try:
+        ex = run(bot, "restore-slurmdbd", {
+            "backup": str(backup), "safety_copy": str(tmp_path / "safety.sql")},
+            approvers=("carol", "dave"))
+        assert ex.state == "failed"
+        assert "step restore failed" in (ex.error or "")
+        assert "undone: restore, stop-slurmdbd" in (ex.error or "")
+        accounts = lab.run("sacctmgr", "-n", "-P", "list", "account", "format=account").stdout
+        assert "ml-research" in accounts  # acct_table is back from the safety copy
+    finally:
+        lab.lab("service", "slurmdbd", "start")
