@@ -15,12 +15,16 @@ from bot.catalogue import KNOWN, Catalogue, standard_actions
 from bot.checks import Checks, CommandEvaluator, Evaluator, FileEvaluator
 from bot.config import Config
 from bot.confirming import DatabaseConfirmations
+from bot.inventory import InventorySources, Lister, build
+from bot.params import Inventory
 
 
 @dataclass(frozen=True)
 class Assembly:
     catalogue: Catalogue
     checks: Checks
+    inventory: Inventory
+    warnings: list[str]
 
 
 def assemble(config: Config, engine: Engine) -> Assembly:
@@ -33,14 +37,27 @@ def assemble(config: Config, engine: Engine) -> Assembly:
         from adapters.mariadb import mariadb_actions
 
         actions.extend(mariadb_actions(config.mariadb))
+    sources = InventorySources()
     if config.slurm is not None:
-        actions_, evaluator = _slurm(config)
+        actions_, evaluator, lister = _slurm(config)
         actions.extend(actions_)
         evaluators["slurm"] = evaluator
-    return Assembly(Catalogue(actions, KNOWN), Checks(evaluators))
+        if config.inventory.discover:
+            sources.slurm = lister
+    if config.kubernetes is not None:
+        actions_k8s, lister = _kubernetes(config)
+        actions.extend(actions_k8s)
+        if config.inventory.discover:
+            sources.kubernetes = lister
+    if config.etcd is not None:
+        from adapters.etcd.actions import etcd_actions
+
+        actions.extend(etcd_actions(config.etcd))
+    inventory = build(config.inventory, sources)
+    return Assembly(Catalogue(actions, KNOWN), Checks(evaluators), inventory, sources.problems)
 
 
-def _slurm(config: Config) -> tuple[list[Action], Evaluator]:
+def _slurm(config: Config) -> tuple[list[Action], Evaluator, Lister]:
     from adapters.slurm.actions import SlurmActions
     from adapters.slurm.health import HealthCheckAction
     from adapters.slurm.pyslurm_backend import make_backend
@@ -54,4 +71,21 @@ def _slurm(config: Config) -> tuple[list[Action], Evaluator]:
         HealthCheckAction(backend, config.slurm),
         DriverRolloutAction(backend, config.slurm),
     ]
-    return actions, SlurmEvaluator(backend)
+    def names() -> list[str]:
+        return [node.name for node in backend.nodes(None, with_jobs=False)]
+
+    return actions, SlurmEvaluator(backend), names
+
+
+def _kubernetes(config: Config) -> tuple[list[Action], Lister]:
+    from adapters.kubernetes.actions import KubernetesActions
+    from adapters.kubernetes.client import make_backend
+
+    assert config.kubernetes is not None
+    backend = make_backend(config.kubernetes)
+    selector = config.inventory.kubernetes_selector
+
+    def names() -> list[str]:
+        return [node.name for node in backend.list_nodes(selector)]
+
+    return KubernetesActions(backend, config.kubernetes).all(), names

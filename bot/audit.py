@@ -143,6 +143,21 @@ def events(
         yield item
 
 
+def previous_driver_version(conn: Connection) -> str | None:
+    """The driver version before the last successful gpu_operator.set_driver_version change."""
+    rows = conn.execute(
+        select(audit_events.c.data)
+        .where(audit_events.c.kind == "step_finished",
+               audit_events.c.data.like('%"previous_version"%'))
+        .order_by(audit_events.c.seq.desc())
+    )
+    for (data,) in rows:
+        details = json.loads(data).get("details") or {}
+        if details.get("previous_version") and json.loads(data).get("changed", True):
+            return str(details["previous_version"])
+    return None
+
+
 def export(rows: Iterator[dict[str, Any]], out: TextIO, fmt: str) -> int:
     """Write events as JSON lines or CSV; returns how many."""
     count = 0

@@ -15,7 +15,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from adapters.actions import Action, StrictArguments
+from adapters.etcd.actions import ACTION_CLASSES as ETCD_ACTIONS
 from adapters.host import HostRunAction
+from adapters.kubernetes.actions import ACTION_CLASSES as KUBERNETES_ACTIONS
 from adapters.mariadb import DumpAction, RestoreAction
 from adapters.notify import ConfirmAction, Confirmations, NotifyAction
 from adapters.slurm.actions import ACTION_CLASSES as SLURM_ACTIONS
@@ -31,6 +33,8 @@ _SHIPPED: list[tuple[Any, str]] = [
     (DumpAction, "mariadb"),
     (RestoreAction, "mariadb"),
     *((cls, "slurm") for cls in (*SLURM_ACTIONS, HealthCheckAction, DriverRolloutAction)),
+    *((cls, "kubernetes") for cls in KUBERNETES_ACTIONS),
+    *((cls, "etcd") for cls in ETCD_ACTIONS),
 ]
 KNOWN: dict[str, tuple[type[StrictArguments], str]] = {
     cls.name: (cls.Arguments, section) for cls, section in _SHIPPED

@@ -133,7 +133,10 @@ def _config(args: argparse.Namespace) -> Config:
 def _bot(args: argparse.Namespace) -> Bot:
     from bot.service import Bot
 
-    return Bot.from_config(_config(args))
+    bot = Bot.from_config(_config(args))
+    for warning in bot.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return bot
 
 
 def _user(args: argparse.Namespace, bot: Bot) -> str:

@@ -15,7 +15,9 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from adapters.etcd.config import EtcdConfig
 from adapters.host import HostCommand
+from adapters.kubernetes.config import KubernetesConfig
 from adapters.mariadb import MariaDBConfig
 from adapters.slurm.config import SlurmConfig
 
@@ -32,9 +34,21 @@ class UserConfig(BaseModel):
     groups: list[str] = Field(default_factory=list)
 
 
+class NodeNames(BaseModel):
+    """How one node is called in each system, when the names differ from the bot's name."""
+
+    model_config = ConfigDict(extra="forbid")
+    slurm: str | None = None
+    kubernetes: str | None = None
+    dcgm: str | None = None  # the DCGM exporter's Hostname / hostname label
+
+
 class InventoryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    nodes: list[str] = Field(default_factory=list)
+    nodes: list[str] = Field(default_factory=list)  # known nodes when nothing is discovered
+    discover: bool = True  # ask the configured Slurm and Kubernetes for their nodes
+    kubernetes_selector: str = "nvidia.com/gpu.present=true"  # which Kubernetes nodes count
+    names: dict[str, NodeNames] = Field(default_factory=dict)  # bot name -> names elsewhere
 
 
 class EngineConfig(BaseModel):
@@ -85,6 +99,8 @@ class Config(BaseModel):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     mariadb: MariaDBConfig | None = None  # enables mariadb.dump / mariadb.restore
     slurm: SlurmConfig | None = None  # enables slurm.* actions and slurm checks
+    kubernetes: KubernetesConfig | None = None  # enables k8s.* and gpu_operator.* actions
+    etcd: EtcdConfig | None = None  # enables etcd.* actions
 
     @field_validator("requesters", "approvers")
     @classmethod

@@ -206,7 +206,8 @@ class Engine:
     def _start(self, ex: Execution) -> None:
         """Plan again; run only when the plan is the one that was approved."""
         try:
-            plan = self.bot.plan(ex.runbook, {k: _text(v) for k, v in ex.params.items()})
+            given = {k: _text(v) for k, v in ex.params.items() if v is not None}
+            plan = self.bot.plan(ex.runbook, given)
         except Refused as exc:
             with self.bot.engine.begin() as conn:
                 executions.finish(conn, ex, "failed", ENGINE, f"cannot plan again: {exc}")
@@ -267,6 +268,12 @@ class Engine:
     def _checks(self, ex: Execution, checks: list[PlannedCheck], label: str) -> str | None:
         for check in checks:
             self._boundary(ex)
+            if check.skipped:
+                with self.bot.engine.begin() as conn:
+                    audit.append(conn, "check_skipped", ENGINE,
+                                 {"stage": label, "check": check.name, "why": "when is false"},
+                                 ex.id)
+                continue
             outcome = self._evaluate(check)
             with self.bot.engine.begin() as conn:
                 audit.append(conn, "check_evaluated", ENGINE, {

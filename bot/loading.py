@@ -348,10 +348,16 @@ def _check_templates(runbook: Runbook, where: _Locator) -> list[str]:
             check(at, templating.variables(text))
         except templating.TemplateProblem as exc:
             problems.append(where.at(at, str(exc)))
-    for index, step in enumerate(runbook.steps):
-        if step.when is not None:
-            try:
-                check(("steps", index, "when"), templating.condition_variables(step.when))
-            except templating.TemplateProblem as exc:
-                problems.append(where.at(("steps", index, "when"), str(exc)))
+    conditions: list[tuple[Path_, str]] = [
+        (("steps", index, "when"), step.when)
+        for index, step in enumerate(runbook.steps) if step.when is not None
+    ]
+    for section in ("pre_checks", "post_checks"):
+        conditions += [((section, index, "when"), c.when)
+                       for index, c in enumerate(getattr(runbook, section)) if c.when is not None]
+    for at, condition in conditions:
+        try:
+            check(at, templating.condition_variables(condition))
+        except templating.TemplateProblem as exc:
+            problems.append(where.at(at, str(exc)))
     return problems

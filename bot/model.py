@@ -105,6 +105,7 @@ class CheckSpec(Strict):
     expect: str | None = None
     for_: Duration | None = Field(default=None, alias="for")
     within: Duration | None = None  # poll until it passes, for at most this long
+    when: str | None = None  # skip the check when this is false
     timeout: Duration = "60s"
 
     _check_durations = field_validator("for_", "within", "timeout")(_duration)

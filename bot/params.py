@@ -12,7 +12,7 @@ import difflib
 import re
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.slurm import hostlist
@@ -45,16 +45,28 @@ class Duration(float):
         return format_duration(self)
 
 
+class _Names(dict[str, str]):
+    """A node's name in another system; the bot's own name when no mapping says otherwise."""
+
+    def __missing__(self, key: str) -> str:
+        return key
+
+
 @dataclass(frozen=True)
 class Inventory:
-    """The nodes the bot may act on, and which pool each belongs to."""
+    """The nodes the bot may act on, which pool each belongs to, and their other names."""
 
     nodes: frozenset[str] = frozenset()
     slurm: frozenset[str] = frozenset()
     kubernetes: frozenset[str] = frozenset()
+    names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def facts(self) -> dict[str, Any]:
-        return {"nodes": self.nodes, "slurm": self.slurm, "kubernetes": self.kubernetes}
+        return {
+            "nodes": self.nodes, "slurm": self.slurm, "kubernetes": self.kubernetes,
+            **{f"{system}_name": _Names(self.names.get(system, {}))
+               for system in ("slurm", "kubernetes", "dcgm")},
+        }
 
 
 def split_words(text: str) -> list[str]:

@@ -76,6 +76,7 @@ class PlannedCheck:
     for_seconds: float
     within_seconds: float
     timeout_seconds: float
+    skipped: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,10 +126,11 @@ def make_plan(
     inventory: Inventory,
     catalogue: Catalogue,
     config: Config,
+    facts: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Render every step; raises PlanError with the step and the reason."""
     runbook = loaded.runbook
-    context = {**inventory.facts(), **values}
+    context = {**inventory.facts(), **(facts or {}), **values}
     default_timeout = parse_duration(config.engine.default_step_timeout)
     try:
         locks = [str(templating.render(lock, context)) for lock in runbook.locks]
@@ -232,7 +234,8 @@ def _plan_step(
 
 def _plan_check(check: CheckSpec, context: Mapping[str, Any]) -> PlannedCheck:
     kind = check.kind
-    spec = {kind: templating.render(getattr(check, kind), context)}
+    skipped = check.when is not None and not templating.condition(check.when, context)
+    spec = {kind: None if skipped else templating.render(getattr(check, kind), context)}
     return PlannedCheck(
         name=check.name,
         kind=kind,
@@ -241,4 +244,5 @@ def _plan_check(check: CheckSpec, context: Mapping[str, Any]) -> PlannedCheck:
         for_seconds=parse_duration(check.for_) if check.for_ else 0.0,
         within_seconds=parse_duration(check.within) if check.within else 0.0,
         timeout_seconds=parse_duration(check.timeout),
+        skipped=skipped,
     )

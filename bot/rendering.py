@@ -42,6 +42,9 @@ def _checks(title: str, checks: list[PlannedCheck]) -> list[str]:
         return [f"{title}: none"]
     lines = [f"{title}:"]
     for check in checks:
+        if check.skipped:
+            lines.append(f"  - {check.name}: skipped (when is false)")
+            continue
         spec = ", ".join(f"{k} {v}" for k, v in check.spec.items())
         expect = f", expect {check.expect}" if check.expect else ""
         held = f" for {format_duration(check.for_seconds)}" if check.for_seconds else ""

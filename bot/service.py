@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine
@@ -41,13 +41,13 @@ class Bot:
     catalogue: Catalogue
     checks: Checks
     inventory: params.Inventory
+    warnings: list[str] = field(default_factory=list)  # e.g. a pool that could not be listed
     _runbooks: dict[str, LoadedRunbook] | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> Bot:
         from bot.assembly import assemble
 
-        nodes = frozenset(config.inventory.nodes)
         engine = db.connect(config.resolved_database_url())
         parts = assemble(config, engine)
         return cls(
@@ -55,7 +55,8 @@ class Bot:
             engine=engine,
             catalogue=parts.catalogue,
             checks=parts.checks,
-            inventory=params.Inventory(nodes=nodes, slurm=nodes),
+            inventory=parts.inventory,
+            warnings=parts.warnings,
         )
 
     # --- runbooks -----------------------------------------------------------------
@@ -92,9 +93,15 @@ class Bot:
         loaded = self.runbook(name)
         try:
             values = params.validate(loaded.runbook, raw, self.inventory)
-            return make_plan(loaded, values, self.inventory, self.catalogue, self.config)
+            return make_plan(loaded, values, self.inventory, self.catalogue, self.config,
+                             self._audit_facts())
         except (params.ParamError, PlanError) as exc:
             raise Refused(f"{name}: {exc}") from exc
+
+    def _audit_facts(self) -> dict[str, Any]:
+        """Facts templates may read that come from what the bot did before."""
+        with self.engine.connect() as conn:
+            return {"previous_driver_version": audit.previous_driver_version(conn)}
 
     def request(self, name: str, raw: Mapping[str, str], user: str, source: str = "cli") -> int:
         """Validate, plan and record a run request; returns the execution ID."""

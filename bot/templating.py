@@ -17,7 +17,10 @@ from typing import Any
 from jinja2 import StrictUndefined, TemplateError, Undefined, meta
 from jinja2.sandbox import SandboxedEnvironment
 
-FACTS = ("nodes", "slurm", "kubernetes")  # inventory facts a template may use
+# Inventory facts a template may use: the pools (sets of the bot's node names) and each
+# node's name in another system (kubernetes_name[node]).
+FACTS = ("nodes", "slurm", "kubernetes", "slurm_name", "kubernetes_name", "dcgm_name",
+         "previous_driver_version")  # the version before the last gpu_operator change
 _SINGLE = re.compile(r"^\{\{\s*(.+?)\s*\}\}$", re.DOTALL)
 
 

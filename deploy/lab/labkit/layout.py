@@ -22,7 +22,7 @@ ACCOUNT = "ml-research"
 QOS = "gpu-normal"
 GPU_TYPE = "h100"
 GPUS_PER_NODE = 8
-DEFAULT_NODES = 4
+DEFAULT_NODES = 5  # gpu05 is also in the Kubernetes pool (gpu05..gpu08)
 DEFAULT_DRIVER = "535.161.08"
 
 # Ports: slots of SLOT_SIZE below the Linux ephemeral range (32768+), so a

@@ -103,6 +103,8 @@ StorageLoc={MARIADB_DATABASE}
 
 
 def bot_yaml(layout: Layout, nodes: list[str], ports: Ports, restd_url: str) -> str:
+    from . import etcd  # late: etcd imports daemons, which imports this module
+
     return Template(TEMPLATE.read_text()).safe_substitute(
         lab_dir=str(layout.root),
         slurm_conf=str(layout.slurm_conf),
@@ -113,6 +115,9 @@ def bot_yaml(layout: Layout, nodes: list[str], ports: Ports, restd_url: str) -> 
         bin_dir=str(layout.bin),
         lab_command=str(TEMPLATE.parent / "lab"),
         kubeconfig=str(layout.root / "kubeconfig"),
+        etcd_endpoint=etcd.client_url(ports),
+        etcd_member=etcd.MEMBER,
+        etcd_peer_url=etcd.peer_url(ports),
     )
 
 

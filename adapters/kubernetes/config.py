@@ -1,0 +1,52 @@
+"""The ``kubernetes:`` section of the bot configuration."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class GpuOperatorConfig(BaseModel):
+    """Where the NVIDIA GPU Operator keeps its driver settings and what its nodes report.
+
+    ``driver_mode``: ``clusterpolicy`` sets ``spec.driver.version`` of the ClusterPolicy
+    ``clusterpolicy``; ``nvidiadriver`` sets ``spec.version`` of an NVIDIADriver
+    (``nvidia.com/v1alpha1``), one per node pool: ``nvidiadrivers`` maps a pool name to
+    its NVIDIADriver's name (a pool not listed is taken as the NVIDIADriver's own name).
+
+    ``driver_version_label``: the node label that reports the installed driver version.
+    GPU Feature Discovery publishes ``nvidia.com/cuda.driver-version.full``; the lab's
+    operator writes ``lab.gpu-runbook-bot/driver-version``. ``None``: nodes report no
+    version and waits rely on the upgrade state alone.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    clusterpolicy: str = "cluster-policy"
+    namespace: str = "gpu-operator"
+    driver_mode: Literal["clusterpolicy", "nvidiadriver"] = "clusterpolicy"
+    nvidiadrivers: dict[str, str] = Field(default_factory=dict)
+    driver_version_label: str | None = "nvidia.com/cuda.driver-version.full"
+    upgrade_state_label: str = "nvidia.com/gpu-driver-upgrade-state"
+    gpu_node_selector: str = "nvidia.com/gpu.present=true"  # the GPU nodes of the cluster
+    validator_selector: str = "app=nvidia-operator-validator"  # validator DaemonSet's pods
+
+
+class KubernetesConfig(BaseModel):
+    """How the bot reaches the Kubernetes API.
+
+    ``kubeconfig``: a kubeconfig file (``context`` picks one of its contexts, default its
+    current context); ``None`` uses the in-cluster service account (the bot running as a pod).
+    ``request_timeout`` bounds every API request; ``eviction_retry`` is the pause between
+    evictions a PodDisruptionBudget refused (429), as ``kubectl drain`` does (5 s).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    request_timeout: float = Field(default=10.0, gt=0)
+    eviction_retry: float = Field(default=5.0, gt=0)
+    connection_pool_size: int = Field(default=32, ge=1)  # concurrent requests per client
+    gpu_operator: GpuOperatorConfig = Field(default_factory=GpuOperatorConfig)

@@ -1,0 +1,139 @@
+"""The Kubernetes sides of the shipped runbooks end to end against the lab's Kubernetes API
+(and real Slurm, for gpu05, which is in both pools): drain-node and resume-node on a node in
+both pools and on a Kubernetes-only node, rollback-driver on the Kubernetes pool (to a given
+version, back to the version before the last change, and stopping at an upgrade-failed node),
+and restore-etcd against a real etcd."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.service import Bot
+from tests.lab.fixture import Lab
+from tests.lab.kubehelp import (
+    api,
+    is_daemonset_pod,
+    nodes,
+    pods_on,
+    set_driver,
+    settled,
+    wait_until,
+)
+from tests.runbooks.test_slurm_runbooks import bot, node, resume_everything, run
+
+pytestmark = pytest.mark.lab
+__all__ = ["bot"]  # the fixture, shared with the Slurm runbook tests
+
+DRIVER_LABEL = "lab.gpu-runbook-bot/driver-version"
+
+
+@pytest.fixture
+def pool(lab: Lab) -> Any:
+    """The Kubernetes pool settled before and after; fast upgrade steps for the test."""
+    wait_until(lambda: settled(lab), "the Kubernetes pool to settle", timeout=60)
+    yield lab
+    for name in ("gpu05", "gpu06", "gpu07", "gpu08"):
+        lab.lab("fault", name, "clear")
+    set_driver(lab, lab["default_driver_version"], 1, 0.05)
+    for name in nodes(lab):
+        api(lab, "PATCH", f"/api/v1/nodes/{name}", {"spec": {"unschedulable": None}},
+            ctype="application/merge-patch+json")
+    wait_until(lambda: settled(lab), "the Kubernetes pool to settle", timeout=90)
+
+
+def serving_pods(lab: Lab, name: str) -> list[dict[str, Any]]:
+    return [p for p in pods_on(lab, name) if not is_daemonset_pod(p)]
+
+
+def test_drain_and_resume_a_node_in_both_pools(pool: Lab, bot: Bot) -> None:
+    lab = pool
+    assert serving_pods(lab, "gpu05") and "gpu05" in bot.inventory.slurm
+    try:
+        ex = run(bot, "drain-node", {"node": "gpu05", "reason": "XID 79", "timeout": "2m"})
+        assert ex.state == "succeeded", ex.error
+        assert "DRAIN" in node(lab, "gpu05")["state"]
+        assert nodes(lab)["gpu05"]["spec"].get("unschedulable") is True
+        assert serving_pods(lab, "gpu05") == []
+        assert any(is_daemonset_pod(p) for p in pods_on(lab, "gpu05"))  # DaemonSets stay
+        ex = run(bot, "resume-node", {"node": "gpu05"})
+        assert ex.state == "succeeded", ex.error
+        assert node(lab, "gpu05")["state"] == "IDLE"
+        assert not nodes(lab)["gpu05"]["spec"].get("unschedulable")
+    finally:
+        resume_everything(lab, "gpu05")
+
+
+def test_drain_a_kubernetes_only_node_skips_slurm(pool: Lab, bot: Bot) -> None:
+    lab = pool
+    ex = run(bot, "drain-node", {"node": "gpu06", "reason": "ECC", "timeout": "2m"})
+    assert ex.state == "succeeded", ex.error
+    assert nodes(lab)["gpu06"]["spec"].get("unschedulable") is True
+    assert serving_pods(lab, "gpu06") == []
+    from bot import audit
+    with bot.engine.connect() as conn:
+        skipped = [e["data"]["step"] for e in audit.events(conn, execution_id=ex.id)
+                   if e["kind"] == "step_skipped"]
+    assert skipped == ["slurm-drain", "wait-idle"]
+
+
+def driver_versions(lab: Lab) -> set[str]:
+    return {n["metadata"]["labels"].get(DRIVER_LABEL) for n in nodes(lab).values()}
+
+
+def test_rollback_driver_on_the_kubernetes_pool(pool: Lab, bot: Bot) -> None:
+    lab = pool
+    set_driver(lab, lab["default_driver_version"], 2, 0.05)
+    ex = run(bot, "rollback-driver", {"pool": "kubernetes", "version": "550.54.15"},
+             approvers=("carol", "dave"))
+    assert ex.state == "succeeded", ex.error
+    assert driver_versions(lab) == {"550.54.15"}
+    # No version: back to the one before the bot's last change, from the audit log.
+    plan = bot.plan("rollback-driver", {"pool": "kubernetes"})
+    assert plan.steps[2].args["version"] == lab["default_driver_version"]
+    ex = run(bot, "rollback-driver", {"pool": "kubernetes"}, approvers=("carol", "dave"))
+    assert ex.state == "succeeded", ex.error
+    assert driver_versions(lab) == {lab["default_driver_version"]}
+
+
+def test_rollback_driver_stops_at_an_upgrade_failed_node(pool: Lab, bot: Bot) -> None:
+    lab = pool
+    set_driver(lab, lab["default_driver_version"], 1, 0.05)
+    lab.lab("fault", "gpu06", "upgrade=fail")
+    ex = run(bot, "rollback-driver", {"pool": "kubernetes", "version": "550.54.15"},
+             approvers=("carol", "dave"))
+    assert ex.state == "failed"
+    assert "gpu06" in (ex.error or "") and "upgrade-failed" in (ex.error or "")
+    assert "left as they are" in (ex.error or "")
+
+
+def etcdctl(lab: Lab, *args: str) -> str:
+    env = {**lab.env, "ETCDCTL_API": "3"}
+    env.pop("ETCDCTL_ENDPOINTS", None)
+    done = subprocess.run(["etcdctl", f"--endpoints={lab['etcd']['endpoint']}", *args],
+                          env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_restore_etcd_brings_the_keys_back(lab: Lab, bot: Bot, tmp_path: Path) -> None:
+    snapshot = tmp_path / "before.db"
+    etcdctl(lab, "snapshot", "save", str(snapshot))
+    etcdctl(lab, "del", "/registry/grblab/config/a")
+    etcdctl(lab, "put", "/registry/grblab/config/after", "written after the snapshot")
+    current = lab["etcd"]["data_dir"]
+    try:
+        ex = run(bot, "restore-etcd", {
+            "snapshot": str(snapshot), "data_dir": str(tmp_path / "restored"),
+            "previous_data_dir": current, "safety_snapshot": str(tmp_path / "safety.db"),
+            "known_key": "/registry/grblab/config/a"}, approvers=("carol", "dave"))
+        assert ex.state == "succeeded", ex.error
+        assert etcdctl(lab, "get", "/registry/grblab/config/a", "--print-value-only").strip() == (
+            lab["etcd"]["seed_keys"]["/registry/grblab/config/a"])
+        assert etcdctl(lab, "get", "/registry/grblab/config/after").strip() == ""
+        assert (tmp_path / "safety.db").stat().st_size > 0
+    finally:
+        assert lab.lab("etcd-switch", lab["etcd"]["default_data_dir"]).returncode == 0
