@@ -137,3 +137,13 @@ def test_restore_etcd_brings_the_keys_back(lab: Lab, bot: Bot, tmp_path: Path) -
         assert (tmp_path / "safety.db").stat().st_size > 0
     finally:
         assert lab.lab("etcd-switch", lab["etcd"]["default_data_dir"]).returncode == 0
+
+
+def test_swap_gpu_on_a_kubernetes_only_node(pool: Lab, bot: Bot) -> None:
+    from tests.runbooks.test_slurm_runbooks import confirm_when_asked
+
+    lab = pool
+    ex = run(bot, "swap-gpu", {"node": "gpu07", "gpu": "2", "reason": "XID 79"},
+             during=confirm_when_asked())
+    assert ex.state == "succeeded", ex.error
+    assert not nodes(lab)["gpu07"]["spec"].get("unschedulable")  # validated, uncordoned

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import daemons as d
-from . import etcd, faults, kube, packages, procs, render
+from . import etcd, faults, kube, monitoring, packages, procs, render
 from .layout import (
     ACCOUNT,
     CLUSTER,
@@ -41,7 +41,8 @@ from .layout import (
 ALL_SLURMD_UP_TO = 16
 SCALE_SLURMD = 4
 # Stop order: clients of a daemon go before the daemon.
-STOP_GROUPS = [["kubeapi"], ["etcd"], ["slurmrestd"], ["slurmd-*"], ["slurmctld"], ["slurmdbd"],
+STOP_GROUPS = [["prometheus"], ["alertmanager", "dcgm"],
+               ["kubeapi"], ["etcd"], ["slurmrestd"], ["slurmd-*"], ["slurmctld"], ["slurmdbd"],
                ["mariadb"], ["munge"]]
 
 
@@ -56,6 +57,7 @@ def registry(layout: Layout, ports: Ports, nodes: list[str], started: list[str])
         d.slurmrestd(layout, ports),
         kube.daemon(layout, ports),
         etcd.daemon(layout, ports),
+        *monitoring.daemons(layout, ports, nodes),
     ]
 
 
@@ -86,7 +88,7 @@ def plan(layout: Layout, info: Info, nodes_arg: int | None, slurmd_arg: int | No
             raise LabError(f"lab at {layout.root} runs {len(info['nodes'])} nodes; "
                            "run `lab down` before changing --nodes")
         return info
-    count = nodes_arg or len(info.get("nodes", [])) or DEFAULT_NODES
+    count = nodes_arg or DEFAULT_NODES  # a stopped lab takes today's default shape
     if not 1 <= count <= MAX_NODES:
         raise LabError(f"--nodes must be between 1 and {MAX_NODES}")
     nodes = node_names(count)
@@ -167,6 +169,9 @@ def bring_up(layout: Layout, info: Info) -> list[str]:
         started.append(kube.NAME)
     if d.start(layout, by_name[etcd.NAME]):
         started.append(etcd.NAME)
+    for name in monitoring.NAMES:  # simulator, Alertmanager, then Prometheus
+        if d.start(layout, by_name[name]):
+            started.append(name)
     return started
 
 
@@ -180,6 +185,7 @@ def finish_info(layout: Layout, info: Info) -> Info:
     info["slurm_version"] = version[-1] if version else "unknown"
     info["kubeapi"] = kube.info(layout, ports_of(info))
     info["etcd"] = etcd.info(layout, ports_of(info))
+    info["monitoring"] = monitoring.info(layout, ports_of(info), info["nodes"])
     info["daemons"] = daemon_table(layout, info)
     info["state"] = "up"
     return info
@@ -282,6 +288,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  {name:<16} {state} port {port if port else '-'}")
     if "etcd" in info:
         print(f"  etcd data dir: {etcd.data_dir(layout)}")
+    if "monitoring" in info:
+        mon = info["monitoring"]
+        print(f"  prometheus {mon['prometheus_url']}  alertmanager {mon['alertmanager_url']}  "
+              f"dcgm {mon['dcgm_url']}  bot webhook {mon['bot_webhook_url']}")
     if procs.running_pid(layout, "slurmctld"):
         out = d.run(["sinfo"], env=d.slurm_env(layout))
         print(out.stdout.rstrip() or out.stderr.rstrip())
@@ -296,6 +306,10 @@ def cmd_env(args: argparse.Namespace) -> int:
         "RUNBOOK_CONFIG": str(layout.bot_yaml),
         "KUBECONFIG": str(kube.kubeconfig_path(layout)),
     }
+    mon = layout.read_info().get("monitoring")
+    if mon:
+        exports.update(PROMETHEUS_URL=mon["prometheus_url"],
+                       ALERTMANAGER_URL=mon["alertmanager_url"])
     etcd_info = layout.read_info().get("etcd")
     if etcd_info:
         exports.update(ETCDCTL_API="3", ETCDCTL_ENDPOINTS=etcd_info["endpoint"])
@@ -376,6 +390,19 @@ def cmd_etcd_switch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backfill(args: argparse.Namespace) -> int:
+    layout = Layout(lab_dir())
+    info = layout.read_info()
+    if "nodes" not in info:
+        raise LabError(f"no lab at {layout.root}; run `lab up` first")
+    with locked(layout):
+        out = monitoring.backfill(layout, ports_of(info), info["nodes"], Path(args.file))
+        info["daemons"] = daemon_table(layout, info)
+        layout.write_info(info)
+    print(out or f"backfilled {args.file}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lab", description="Local Slurm + MariaDB lab on loopback.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -394,7 +421,9 @@ def parser() -> argparse.ArgumentParser:
     fault = sub.add_parser("fault", help="NODE key=value... | NODE clear")
     fault.add_argument("node")
     fault.add_argument("pairs", nargs="+", metavar="key=value",
-                       help="health=fail|pass, driver=VERSION, gpu=N, upgrade=fail, any "
+                       help="health=fail|pass, driver=VERSION, gpu=N, upgrade=fail, xid=N "
+                       "[xid_gpu=G], ecc_dbe=N, temp=T, util=U, gpu_missing=G[,G], "
+                       "row_remap_failure=1, remapped_rows=N, exporter=down, any "
                        "key=value, or clear; NODE kube: api=500|hang|ok")
     fault.set_defaults(func=cmd_fault)
     drv = sub.add_parser("driver", help="print the driver version NODE reports")
@@ -402,7 +431,7 @@ def parser() -> argparse.ArgumentParser:
     drv.set_defaults(func=cmd_driver)
     svc = sub.add_parser("service", help="stop|start|restart|status one lab daemon")
     svc.add_argument("name", help="slurmdbd, slurmctld, slurmrestd, mariadb, munge, "
-                     "kubeapi, etcd, slurmd-gpuNN")
+                     "kubeapi, etcd, dcgm, prometheus, alertmanager, slurmd-gpuNN")
     svc.add_argument("action", choices=["stop", "start", "restart", "reboot", "status"])
     svc.set_defaults(func=cmd_service)
     sw = sub.add_parser("etcd-switch", help="restart the lab's etcd on another data directory "
@@ -410,6 +439,10 @@ def parser() -> argparse.ArgumentParser:
     sw.add_argument("data_dir", help="an etcd data directory holding member/ "
                     "(restored with --name grblab and the lab's peer URL)")
     sw.set_defaults(func=cmd_etcd_switch)
+    bf = sub.add_parser("backfill", help="write OpenMetrics history into the lab's Prometheus "
+                        "(promtool tsdb create-blocks-from openmetrics; restarts Prometheus)")
+    bf.add_argument("file", help="an OpenMetrics text file ending in `# EOF`")
+    bf.set_defaults(func=cmd_backfill)
     return p
 
 

@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+from . import gpufaults
 from .layout import DEFAULT_DRIVER, Info, LabError, Layout
 
 FAKE_TOOLS = Path(__file__).resolve().parent.parent / "labbin" / "fakegpu.py"
@@ -47,6 +48,7 @@ def parse(pairs: list[str]) -> dict[str, str]:
         allowed = CHOICES.get(key)
         if allowed and value not in allowed:
             raise LabError(f"{key} must be one of {sorted(allowed)}")
+        gpufaults.validate(key, value)  # GPU telemetry keys: numbers in range
         updates[key] = value
     return updates
 
@@ -56,7 +58,8 @@ def apply(layout: Layout, node: str, pairs: list[str]) -> Info:
     if pairs == ["clear"]:
         fault_file(layout, node).unlink(missing_ok=True)
         return {}
-    data = read(layout, node) | parse(pairs) | {"node": node}
+    updates = parse(pairs)
+    data = gpufaults.count_xid(read(layout, node) | updates | {"node": node}, updates)
     layout.faults.mkdir(parents=True, exist_ok=True)
     tmp = layout.faults / f".{node}.json.{os.getpid()}"
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -30,10 +30,14 @@ DEFAULT_DRIVER = "535.161.08"
 PORT_FLOOR = 10000
 SLOT_SIZE = 400
 SLOTS = (32768 - PORT_FLOOR) // SLOT_SIZE - 1
+# +390..+399 are kept for services that are not daemons of the lab: +390 is the
+# port the bot's own HTTP server (`runbook serve`) uses in the lab (Alertmanager's webhook).
+BOT_OFFSET = SLOT_SIZE - 10
 SERVICE_OFFSETS = {"slurmctld": 0, "slurmdbd": 1, "slurmrestd": 2, "mariadb": 3,
-                   "kubeapi": 4, "etcd": 5, "etcd_peer": 6}
+                   "kubeapi": 4, "etcd": 5, "etcd_peer": 6,
+                   "dcgm": 7, "prometheus": 8, "alertmanager": 9, "bot": BOT_OFFSET}
 SLURMD_OFFSET = 10
-MAX_NODES = SLOT_SIZE - SLURMD_OFFSET
+MAX_NODES = BOT_OFFSET - SLURMD_OFFSET  # slurmd ports +10..+389
 # Unix socket paths are limited to 108 bytes (sun_path).
 MAX_SOCKET_PATH = 100
 

@@ -10,6 +10,7 @@ PACKAGES = [
     "slurm-wlm", "slurmctld", "slurmd", "slurmdbd", "slurmrestd", "slurm-client",
     "munge", "mariadb-server", "slurm-wlm-jwt-plugin",
     "etcd-server", "etcd-client",
+    "prometheus", "prometheus-alertmanager",
 ]
 
 

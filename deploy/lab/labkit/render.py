@@ -103,7 +103,7 @@ StorageLoc={MARIADB_DATABASE}
 
 
 def bot_yaml(layout: Layout, nodes: list[str], ports: Ports, restd_url: str) -> str:
-    from . import etcd  # late: etcd imports daemons, which imports this module
+    from . import etcd, monitoring  # late: they import daemons, which imports this module
 
     return Template(TEMPLATE.read_text()).safe_substitute(
         lab_dir=str(layout.root),
@@ -118,6 +118,9 @@ def bot_yaml(layout: Layout, nodes: list[str], ports: Ports, restd_url: str) -> 
         etcd_endpoint=etcd.client_url(ports),
         etcd_member=etcd.MEMBER,
         etcd_peer_url=etcd.peer_url(ports),
+        prometheus_url=monitoring.url(ports, monitoring.PROMETHEUS),
+        alertmanager_url=monitoring.url(ports, monitoring.ALERTMANAGER),
+        bot_port=str(ports.service("bot")),
     )
 
 

@@ -1,0 +1,40 @@
+"""Prometheus: queries over prometheus-api-client (imported on first use), PromQL escaping
+and the ``prom.wait`` action.
+
+    backend = PrometheusApiBackend(PrometheusConfig(url="http://prometheus:9090"))
+    backend.query(f'DCGM_FI_DEV_GPU_TEMP{{hostname="{escape_label_value(node)}"}}')
+"""
+
+from adapters.prometheus.actions import (
+    ACTION_CLASSES,
+    PrometheusActions,
+    WaitAction,
+    WaitArguments,
+    prometheus_actions,
+)
+from adapters.prometheus.backend import (
+    PrometheusApiBackend,
+    PrometheusBackend,
+    PrometheusError,
+    PrometheusRejected,
+    PrometheusUnavailable,
+    Sample,
+    Series,
+)
+from adapters.prometheus.config import PrometheusConfig
+from adapters.prometheus.promql import (
+    Expectation,
+    escape_label_value,
+    format_seconds,
+    label_matcher,
+    parse_seconds,
+    selector,
+)
+
+__all__ = [
+    "ACTION_CLASSES", "Expectation", "PrometheusActions", "PrometheusApiBackend",
+    "PrometheusBackend", "PrometheusConfig", "PrometheusError", "PrometheusRejected",
+    "PrometheusUnavailable", "Sample", "Series", "WaitAction", "WaitArguments",
+    "escape_label_value", "format_seconds", "label_matcher", "parse_seconds",
+    "prometheus_actions", "selector",
+]
