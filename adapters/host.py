@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,6 +32,21 @@ class HostCommand(BaseModel):
     description: str = ""
 
 
+def allowed_argv(
+    commands: Mapping[str, HostCommand], name: str, args: Sequence[str], kind: str, section: str
+) -> tuple[HostCommand, list[str]]:
+    """The argv of an allow-listed command, or ActionError naming the configuration to change."""
+    command = commands.get(name)
+    if command is None:
+        allowed = ", ".join(sorted(commands)) or "none"
+        raise ActionError(f'{kind} "{name}" is not allow-listed in the configuration '
+                          f"({section}; allowed: {allowed})")
+    if args and not command.accepts_args:
+        raise ActionError(f'{kind} "{name}" takes no extra arguments (set accepts_args: true '
+                          f"in its {section} entry to allow them)")
+    return command, [*command.argv, *args]
+
+
 class HostRunArguments(StrictArguments):
     command: str
     args: list[str] = Field(default_factory=list)
@@ -45,19 +60,8 @@ class HostRunAction:
         self._commands = dict(commands)
 
     def _argv(self, args: HostRunArguments) -> tuple[HostCommand, list[str]]:
-        command = self._commands.get(args.command)
-        if command is None:
-            allowed = ", ".join(sorted(self._commands)) or "none"
-            raise ActionError(
-                f'host command "{args.command}" is not allow-listed in the configuration '
-                f"(host_commands; allowed: {allowed})"
-            )
-        if args.args and not command.accepts_args:
-            raise ActionError(
-                f'host command "{args.command}" takes no extra arguments '
-                "(set accepts_args: true in its configuration to allow them)"
-            )
-        return command, [*command.argv, *args.args]
+        return allowed_argv(self._commands, args.command, args.args, "host command",
+                            "host_commands")
 
     def plan(self, args: HostRunArguments) -> list[str]:
         _, argv = self._argv(args)

@@ -23,7 +23,7 @@ from adapters.actions import (
     ActionTimeout,
     StrictArguments,
 )
-from adapters.host import OUTPUT_LIMIT, HostCommand
+from adapters.host import OUTPUT_LIMIT, HostCommand, allowed_argv
 from adapters.slurm import commands
 from adapters.slurm.backend import REBOOT_FLAGS, NodeInfo, SlurmBackend, SlurmError
 from adapters.slurm.config import SlurmConfig
@@ -406,19 +406,8 @@ class RunOnNodeAction(_SlurmAction):
     Arguments: ClassVar[type[StrictArguments]] = RunOnNodeArguments
 
     def _command(self, args: RunOnNodeArguments) -> tuple[HostCommand, list[str]]:
-        command = self.config.commands.get(args.command)
-        if command is None:
-            allowed = ", ".join(sorted(self.config.commands)) or "none"
-            raise ActionError(
-                f'node command "{args.command}" is not allow-listed in the configuration '
-                f"(slurm.commands; allowed: {allowed})"
-            )
-        if args.args and not command.accepts_args:
-            raise ActionError(
-                f'node command "{args.command}" takes no extra arguments '
-                "(set accepts_args: true in its slurm.commands entry to allow them)"
-            )
-        return command, [*command.argv, *args.args]
+        return allowed_argv(self.config.commands, args.command, args.args, "node command",
+                            "slurm.commands")
 
     def plan(self, args: RunOnNodeArguments) -> list[str]:
         _, argv = self._command(args)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
-from adapters.host import OUTPUT_LIMIT
+from adapters.host import OUTPUT_LIMIT, allowed_argv
 from adapters.slurm import commands
 from adapters.slurm.actions import NAME_PATTERN, Seconds, _SlurmAction
 
@@ -34,14 +34,8 @@ class HealthCheckAction(_SlurmAction):
     Arguments: ClassVar[type[StrictArguments]] = HealthCheckArguments
 
     def _argv(self, args: HealthCheckArguments) -> list[str]:
-        command = self.config.commands.get(args.command)
-        if command is None:
-            allowed = ", ".join(sorted(self.config.commands)) or "none"
-            raise ActionError(f'node command "{args.command}" is not allow-listed '
-                              f"(slurm.commands; allowed: {allowed})")
-        if args.args and not command.accepts_args:
-            raise ActionError(f'node command "{args.command}" takes no extra arguments')
-        return [*command.argv, *args.args]
+        return allowed_argv(self.config.commands, args.command, args.args, "node command",
+                            "slurm.commands")[1]
 
     def plan(self, args: HealthCheckArguments) -> list[str]:
         argv = self._argv(args)

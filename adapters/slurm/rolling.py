@@ -23,6 +23,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
+from adapters.host import allowed_argv
 from adapters.slurm import hostlist
 from adapters.slurm.backend import REBOOT_FLAGS, SlurmBackend
 from adapters.slurm.config import SlurmConfig
@@ -70,11 +71,8 @@ class DriverRolloutAction:
         self._poll = 1.0
 
     def _argv(self, name: str, extra: list[str]) -> list[str]:
-        command = self._config.commands.get(name)
-        if command is None:
-            raise ActionError(f'slurm command "{name}" is not configured (slurm.commands); '
-                              f"configured: {', '.join(sorted(self._config.commands)) or 'none'}")
-        return [*command.argv, *extra]
+        return allowed_argv(self._config.commands, name, extra, "node command",
+                            "slurm.commands")[1]
 
     def plan(self, args: RolloutArguments) -> list[str]:
         nodes = hostlist.expand(args.nodes)

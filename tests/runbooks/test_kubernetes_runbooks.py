@@ -135,8 +135,11 @@ def test_restore_etcd_brings_the_keys_back(lab: Lab, bot: Bot, tmp_path: Path) -
             lab["etcd"]["seed_keys"]["/registry/grblab/config/a"])
         assert etcdctl(lab, "get", "/registry/grblab/config/after").strip() == ""
         assert (tmp_path / "safety.db").stat().st_size > 0
-    finally:
+    finally:  # back to the lab's own data, as the other tests expect it
         assert lab.lab("etcd-switch", lab["etcd"]["default_data_dir"]).returncode == 0
+        for key, value in lab["etcd"]["seed_keys"].items():
+            etcdctl(lab, "put", key, value)
+        etcdctl(lab, "del", "/registry/grblab/config/after")
 
 
 def test_swap_gpu_on_a_kubernetes_only_node(pool: Lab, bot: Bot) -> None:
