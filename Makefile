@@ -52,6 +52,9 @@ bench: venv
 	$(BIN)/python bench/audit_throughput.py
 	$(BIN)/python bench/cold_start.py
 	$(BIN)/python bench/slurm_batch.py
+	$(BIN)/python bench/alert_webhook.py
+	$(BIN)/python bench/k8s_drain.py
+	$(LAB) up && eval "$$($(LAB) env)" && $(BIN)/python bench/node_view.py
 
 demo: venv
 	bash deploy/demo.sh

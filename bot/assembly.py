@@ -7,6 +7,7 @@ else receives them ready-made (tests hand over their own).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -25,6 +26,7 @@ class Assembly:
     checks: Checks
     inventory: Inventory
     warnings: list[str]
+    backends: dict[str, Any]  # slurm, kubernetes, prometheus: for read-only views
 
 
 def assemble(config: Config, engine: Engine) -> Assembly:
@@ -38,14 +40,16 @@ def assemble(config: Config, engine: Engine) -> Assembly:
 
         actions.extend(mariadb_actions(config.mariadb))
     sources = InventorySources()
+    slurm_backend: Any = None
+    k8s_backend: Any = None
     if config.slurm is not None:
-        actions_, evaluator, lister = _slurm(config)
+        actions_, evaluator, lister, slurm_backend = _slurm(config)
         actions.extend(actions_)
         evaluators["slurm"] = evaluator
         if config.inventory.discover:
             sources.slurm = lister
     if config.kubernetes is not None:
-        actions_k8s, lister = _kubernetes(config)
+        actions_k8s, lister, k8s_backend = _kubernetes(config)
         actions.extend(actions_k8s)
         if config.inventory.discover:
             sources.kubernetes = lister
@@ -53,11 +57,35 @@ def assemble(config: Config, engine: Engine) -> Assembly:
         from adapters.etcd.actions import etcd_actions
 
         actions.extend(etcd_actions(config.etcd))
+    prometheus = None
+    if config.prometheus is not None:
+        from adapters.prometheus import PrometheusActions, PrometheusApiBackend
+        from bot.monitoring_checks import PromqlEvaluator
+
+        prometheus = PrometheusApiBackend(config.prometheus)
+        actions.extend(PrometheusActions(config.prometheus, prometheus).all())
+        evaluators["promql"] = PromqlEvaluator(prometheus)
+    if config.alertmanager is not None:
+        from adapters.alertmanager import AlertmanagerActions, HttpAlertmanagerBackend
+        from bot.monitoring_checks import AlertsEvaluator
+
+        alertmanager = HttpAlertmanagerBackend(config.alertmanager)
+        actions.extend(AlertmanagerActions(config.alertmanager, alertmanager).all())
+        evaluators["alerts"] = AlertsEvaluator(alertmanager, prometheus)
     inventory = build(config.inventory, sources)
-    return Assembly(Catalogue(actions, KNOWN), Checks(evaluators), inventory, sources.problems)
+    if slurm_backend is not None or k8s_backend is not None:
+        from bot.capacity import CapacityEvaluator
+
+        evaluators["capacity"] = CapacityEvaluator(inventory, slurm_backend, k8s_backend,
+                                                   config.inventory.kubernetes_selector)
+    backends = {name: backend for name, backend in (
+        ("slurm", slurm_backend), ("kubernetes", k8s_backend), ("prometheus", prometheus))
+        if backend is not None}
+    return Assembly(Catalogue(actions, KNOWN), Checks(evaluators), inventory, sources.problems,
+                    backends)
 
 
-def _slurm(config: Config) -> tuple[list[Action], Evaluator, Lister]:
+def _slurm(config: Config) -> tuple[list[Action], Evaluator, Lister, Any]:
     from adapters.slurm.actions import SlurmActions
     from adapters.slurm.health import HealthCheckAction
     from adapters.slurm.pyslurm_backend import make_backend
@@ -74,10 +102,10 @@ def _slurm(config: Config) -> tuple[list[Action], Evaluator, Lister]:
     def names() -> list[str]:
         return [node.name for node in backend.nodes(None, with_jobs=False)]
 
-    return actions, SlurmEvaluator(backend), names
+    return actions, SlurmEvaluator(backend), names, backend
 
 
-def _kubernetes(config: Config) -> tuple[list[Action], Lister]:
+def _kubernetes(config: Config) -> tuple[list[Action], Lister, Any]:
     from adapters.kubernetes.actions import KubernetesActions
     from adapters.kubernetes.client import make_backend
 
@@ -88,4 +116,4 @@ def _kubernetes(config: Config) -> tuple[list[Action], Lister]:
     def names() -> list[str]:
         return [node.name for node in backend.list_nodes(selector)]
 
-    return KubernetesActions(backend, config.kubernetes).all(), names
+    return KubernetesActions(backend, config.kubernetes).all(), names, backend

@@ -15,11 +15,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from adapters.actions import Action, StrictArguments
+from adapters.alertmanager import ACTION_CLASSES as ALERTMANAGER_ACTIONS
 from adapters.etcd.actions import ACTION_CLASSES as ETCD_ACTIONS
 from adapters.host import HostRunAction
 from adapters.kubernetes.actions import ACTION_CLASSES as KUBERNETES_ACTIONS
 from adapters.mariadb import DumpAction, RestoreAction
 from adapters.notify import ConfirmAction, Confirmations, NotifyAction
+from adapters.prometheus.actions import ACTION_CLASSES as PROMETHEUS_ACTIONS
 from adapters.slurm.actions import ACTION_CLASSES as SLURM_ACTIONS
 from adapters.slurm.health import HealthCheckAction
 from adapters.slurm.rolling import DriverRolloutAction
@@ -35,6 +37,8 @@ _SHIPPED: list[tuple[Any, str]] = [
     *((cls, "slurm") for cls in (*SLURM_ACTIONS, HealthCheckAction, DriverRolloutAction)),
     *((cls, "kubernetes") for cls in KUBERNETES_ACTIONS),
     *((cls, "etcd") for cls in ETCD_ACTIONS),
+    *((cls, "prometheus") for cls in PROMETHEUS_ACTIONS),
+    *((cls, "alertmanager") for cls in ALERTMANAGER_ACTIONS),
 ]
 KNOWN: dict[str, tuple[type[StrictArguments], str]] = {
     cls.name: (cls.Arguments, section) for cls, section in _SHIPPED

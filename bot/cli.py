@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
         p = add(name, text)
         p.add_argument("name")
         p.add_argument("params", nargs="*", metavar="key=value")
+        p.add_argument("--break-glass", action="store_true",
+                       help="override the capacity guard (needs one more approval)")
         if name == "run":
             p.add_argument("--wait", action="store_true",
                            help="wait for approval and drive the execution to its end here")
@@ -86,6 +88,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("v1")
     p.add_argument("v2")
+    p = add("serve", "the bot's HTTP server (/alerts, /healthz, /metrics) and its engine")
+    p.add_argument("--host", help="address to listen on (default: server.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default: server.port, 8080)")
+    p = add("node", "one or more nodes as Slurm, Kubernetes and the GPUs see them")
+    p.add_argument("names", nargs="+")
+    p.add_argument("--json", action="store_true")
+    p = add("proposals", "runbooks proposed by alerts, waiting for a person")
+    p.add_argument("--all", action="store_true", help="also dismissed and started ones")
+    p.add_argument("--json", action="store_true")
+    p = add("proposal", "act on a proposal: run it (as a request) or dismiss it")
+    p.add_argument("action", choices=["run", "dismiss"])
+    p.add_argument("id", type=int)
+    p.add_argument("--reason")
+    p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
     p = add("engine", "drive approved and interrupted executions (the worker)")
     p.add_argument("--once", action="store_true", help="return when nothing is left to run")
     return parser
@@ -196,7 +212,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from bot.rendering import plan_text
 
     bot = _bot(args)
-    plan = bot.plan(args.name, parse_assignments(args.params))
+    plan = bot.plan(args.name, parse_assignments(args.params), break_glass=args.break_glass)
     print(plan_text(plan))
     return EXIT_OK
 
@@ -212,7 +228,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ParamError as exc:  # still one audit event for the refused request
         _refuse(bot, args.name, user, str(exc))
         raise Refused(str(exc)) from exc
-    execution_id = bot.request(args.name, raw, user)
+    execution_id = bot.request(args.name, raw, user, break_glass=args.break_glass)
     ex = bot.get(execution_id)
     print(f"execution {execution_id}", flush=True)
     print(f"{ex.runbook} {ex.version} requested by {user}; plan hash {ex.plan_hash}")
@@ -407,6 +423,82 @@ def cmd_engine(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from bot.serving import serve
+
+    bot = _bot(args)
+    bot.runbooks()
+    host = args.host or bot.config.server.host
+    port = args.port or bot.config.server.port
+    print(f"serving on http://{host}:{port} (/alerts, /healthz, /metrics)", flush=True)
+    serve(bot, host, port, _report)
+    return EXIT_OK
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    import json
+
+    from bot import nodeview
+
+    bot = _bot(args)
+    unknown = [name for name in args.names if name not in bot.inventory.nodes]
+    if unknown:
+        raise UsageError(f"not known node(s): {', '.join(unknown)}")
+    views = nodeview.build(bot, args.names)
+    if args.json:
+        print(json.dumps([view.__dict__ for view in views], indent=2, default=str))
+    else:
+        print("\n\n".join(nodeview.text(view) for view in views))
+    return EXIT_OK
+
+
+def cmd_proposals(args: argparse.Namespace) -> int:
+    import json
+    import time
+    from datetime import datetime
+
+    from bot import proposing
+    from bot.rendering import params_text
+
+    bot = _bot(args)
+    found = proposing.listing(bot, open_only=not args.all)
+    if args.json:
+        print(json.dumps([p.__dict__ for p in found], indent=2))
+        return EXIT_OK
+    if not found:
+        print("no open proposals" if not args.all else "no proposals")
+    for p in found:
+        since = datetime.fromisoformat(p.created_at.replace("Z", "+00:00")).timestamp()
+        age = _age(time.time() - since)
+        node = p.labels.get("node") or p.labels.get("Hostname") or p.labels.get("hostname", "-")
+        resolved = ", alert resolved" if p.alert_status == "resolved" else ""
+        print(f"{p.id:>5}  {p.state:<9} {p.alertname:<22} {node:<8} {p.runbook:<12} "
+              f"{params_text(p.params)}  ({age} ago{resolved})")
+    return EXIT_OK
+
+
+def _age(seconds: float) -> str:
+    from bot.durations import format_duration
+
+    return format_duration(max(1, int(seconds)))
+
+
+def cmd_proposal(args: argparse.Namespace) -> int:
+    from bot import proposing
+
+    bot = _bot(args)
+    user = _user(args, bot)
+    if args.action == "run":
+        execution_id = proposing.run(bot, args.id, user)
+        print(f"execution {execution_id}")
+        ex = bot.get(execution_id)
+        print(f"proposal {args.id}: {ex.runbook} requested by {user}; now {ex.state}")
+    else:
+        proposing.dismiss(bot, args.id, user, args.reason)
+        print(f"proposal {args.id}: dismissed by {user}")
+    return EXIT_OK
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": cmd_list,
     "describe": cmd_describe,
@@ -425,6 +517,10 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "versions": cmd_versions,
     "diff": cmd_diff,
     "engine": cmd_engine,
+    "serve": cmd_serve,
+    "proposals": cmd_proposals,
+    "node": cmd_node,
+    "proposal": cmd_proposal,
 }
 
 if __name__ == "__main__":

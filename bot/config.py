@@ -15,10 +15,12 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from adapters.alertmanager import AlertmanagerConfig
 from adapters.etcd.config import EtcdConfig
 from adapters.host import HostCommand
 from adapters.kubernetes.config import KubernetesConfig
 from adapters.mariadb import MariaDBConfig
+from adapters.prometheus.config import PrometheusConfig
 from adapters.slurm.config import SlurmConfig
 
 CONFIG_ENV = "RUNBOOK_CONFIG"
@@ -49,6 +51,22 @@ class InventoryConfig(BaseModel):
     discover: bool = True  # ask the configured Slurm and Kubernetes for their nodes
     kubernetes_selector: str = "nvidia.com/gpu.present=true"  # which Kubernetes nodes count
     names: dict[str, NodeNames] = Field(default_factory=dict)  # bot name -> names elsewhere
+
+
+class AlertRule(BaseModel):
+    """An alert that proposes a runbook: labels to match, parameters from the alert's labels."""
+
+    model_config = ConfigDict(extra="forbid")
+    match: dict[str, str]  # label -> value; a value "a|b" matches either (exact alternatives)
+    runbook: str
+    params: dict[str, str] = Field(default_factory=dict)  # templates over `labels`
+    auto_run: bool = False  # run without a person; honoured only for risk low runbooks
+
+
+class ServerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
 
 
 class EngineConfig(BaseModel):
@@ -101,6 +119,10 @@ class Config(BaseModel):
     slurm: SlurmConfig | None = None  # enables slurm.* actions and slurm checks
     kubernetes: KubernetesConfig | None = None  # enables k8s.* and gpu_operator.* actions
     etcd: EtcdConfig | None = None  # enables etcd.* actions
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    alert_rules: list[AlertRule] = Field(default_factory=list)
+    prometheus: PrometheusConfig | None = None  # enables promql checks and prom.wait
+    alertmanager: AlertmanagerConfig | None = None  # alerts checks, silences
 
     @field_validator("requesters", "approvers")
     @classmethod

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from adapters.actions import ActionError
+from adapters.prometheus.promql import escape_label_value
 from bot import templating
 from bot.audit import canonical
 from bot.catalogue import Catalogue, NotConfigured
@@ -92,6 +93,7 @@ class Plan:
     steps: list[PlannedStep]
     post_checks: list[PlannedCheck]
     on_failure: str
+    break_glass: bool = False  # the capacity guard is overridden, for one extra approval
     hash: str = field(default="", compare=False)
 
     def body(self) -> dict[str, Any]:
@@ -153,6 +155,15 @@ def make_plan(
         on_failure=runbook.on_failure,
     )
     return _with_hash(plan)
+
+
+def with_break_glass(plan: Plan) -> Plan:
+    """The same plan with the capacity guard overridden: one more approval is needed."""
+    policy = plan.approval
+    data = {**plan.__dict__, "break_glass": True,
+            "approval": ApprovalPolicy(policy.required + 1, policy.approvers,
+                                       policy.self_approval, policy.expires_seconds)}
+    return _with_hash(Plan(**data))
 
 
 def _with_hash(plan: Plan) -> Plan:
@@ -235,6 +246,9 @@ def _plan_step(
 def _plan_check(check: CheckSpec, context: Mapping[str, Any]) -> PlannedCheck:
     kind = check.kind
     skipped = check.when is not None and not templating.condition(check.when, context)
+    if kind == "promql":  # parameters land inside label matchers: escape them for PromQL
+        context = {k: escape_label_value(v) if isinstance(v, str) else v
+                   for k, v in context.items()}
     spec = {kind: None if skipped else templating.render(getattr(check, kind), context)}
     return PlannedCheck(
         name=check.name,

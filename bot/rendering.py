@@ -17,7 +17,8 @@ def plan_text(plan: Plan) -> str:
         f"plan for {plan.runbook} {plan.version} (risk {plan.risk})",
         "parameters: " + params_text(plan.params),
         "locks: " + (", ".join(plan.locks) or "none"),
-        "approval: " + plan.approval.describe(),
+        "approval: " + plan.approval.describe()
+        + (" (break-glass: the capacity guard is overridden)" if plan.break_glass else ""),
     ]
     lines += _checks("pre-checks", plan.pre_checks)
     lines.append("steps:")

@@ -26,7 +26,7 @@ from bot.checks import Checks
 from bot.config import Config
 from bot.executions import Execution
 from bot.loading import LoadedRunbook, RunbookError, load_all
-from bot.planning import Plan, PlanError, make_plan
+from bot.planning import Plan, PlanError, make_plan, with_break_glass
 from bot.store import db
 
 
@@ -42,6 +42,7 @@ class Bot:
     checks: Checks
     inventory: params.Inventory
     warnings: list[str] = field(default_factory=list)  # e.g. a pool that could not be listed
+    backends: dict[str, Any] = field(default_factory=dict)  # for read-only views (node view)
     _runbooks: dict[str, LoadedRunbook] | None = None
 
     @classmethod
@@ -57,6 +58,7 @@ class Bot:
             checks=parts.checks,
             inventory=parts.inventory,
             warnings=parts.warnings,
+            backends=parts.backends,
         )
 
     # --- runbooks -----------------------------------------------------------------
@@ -89,24 +91,43 @@ class Bot:
 
     # --- planning and requests ------------------------------------------------------
 
-    def plan(self, name: str, raw: Mapping[str, str]) -> Plan:
+    def plan(self, name: str, raw: Mapping[str, str], *, break_glass: bool = False) -> Plan:
         loaded = self.runbook(name)
         try:
             values = params.validate(loaded.runbook, raw, self.inventory)
-            return make_plan(loaded, values, self.inventory, self.catalogue, self.config,
+            plan = make_plan(loaded, values, self.inventory, self.catalogue, self.config,
                              self._audit_facts())
         except (params.ParamError, PlanError) as exc:
             raise Refused(f"{name}: {exc}") from exc
+        return self._guard_capacity(name, plan, break_glass)
+
+    def _guard_capacity(self, name: str, plan: Plan, break_glass: bool) -> Plan:
+        """Refuse a plan that would take the pool under its GPU floor, unless break-glass."""
+        short = [(check, self.checks.evaluate(check)) for check in plan.pre_checks
+                 if check.kind == "capacity" and not check.skipped]
+        failing = [f"{check.name}: {outcome.detail}" for check, outcome in short
+                   if not outcome.passed]
+        if not failing:
+            return plan
+        if not break_glass:
+            raise Refused(f"{name}: capacity guard: {'; '.join(failing)}. To go ahead anyway "
+                          "ask for break-glass (--break-glass): it needs one more approval")
+        return with_break_glass(plan)
 
     def _audit_facts(self) -> dict[str, Any]:
         """Facts templates may read that come from what the bot did before."""
         with self.engine.connect() as conn:
             return {"previous_driver_version": audit.previous_driver_version(conn)}
 
-    def request(self, name: str, raw: Mapping[str, str], user: str, source: str = "cli") -> int:
-        """Validate, plan and record a run request; returns the execution ID."""
+    def request(self, name: str, raw: Mapping[str, str], user: str, source: str = "cli",
+                *, configured: bool = False, break_glass: bool = False) -> int:
+        """Validate, plan and record a run request; returns the execution ID.
+
+        ``configured``: the configuration itself asks (an alert rule with auto_run), so
+        the requester need not be one of the configured requesters.
+        """
         try:
-            return self._request(name, raw, user, source)
+            return self._request(name, raw, user, source, configured, break_glass)
         except (Refused, locking.LockConflict, RunbookError) as exc:
             with self.engine.begin() as conn:
                 audit.append(conn, "refused", user, {
@@ -115,11 +136,12 @@ class Bot:
                 })
             raise Refused(str(exc)) from exc
 
-    def _request(self, name: str, raw: Mapping[str, str], user: str, source: str) -> int:
-        if not self.config.matches(user, self.config.requesters):
+    def _request(self, name: str, raw: Mapping[str, str], user: str, source: str,
+                 configured: bool, break_glass: bool) -> int:
+        if not configured and not self.config.matches(user, self.config.requesters):
             raise Refused(f"{user} may not request runbooks (requesters: "
                           f"{', '.join(self.config.requesters)})")
-        plan = self.plan(name, raw)
+        plan = self.plan(name, raw, break_glass=break_glass)
         now = time.time()
         deadline = now + plan.approval.expires_seconds if plan.approval.required else None
         lock_until = max(now + self.config.engine.lock_ttl_seconds, (deadline or now) + 60)
@@ -143,6 +165,7 @@ class Bot:
             }, execution_id)
             audit.append(conn, "planned", user, {
                 "plan_hash": plan.hash, "locks": plan.locks, "fencing_token": token,
+                "break_glass": plan.break_glass,
                 "approval": plan.approval.describe(),
                 "operations": [op for s in plan.steps for op in s.operations],
             }, execution_id)

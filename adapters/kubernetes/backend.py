@@ -63,6 +63,21 @@ class Taint:
             f"{self.key}:{self.effect}"
 
 
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(str(value)) if value is not None else 0
+    except ValueError:
+        return 0
+
+
+def _gpu_requests(spec: Mapping[str, Any]) -> int:
+    return sum(_count(((c.get("resources") or {}).get("requests") or {}).get(GPU_RESOURCE))
+               for c in spec.get("containers") or [])
+
+
 @dataclass(frozen=True)
 class Node:
     name: str
@@ -72,6 +87,7 @@ class Node:
     taints: tuple[Taint, ...] = ()
     ready: bool = True
     resource_version: str = ""
+    gpus_allocatable: int = 0  # status.allocatable["nvidia.com/gpu"]
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> Node:
@@ -88,6 +104,8 @@ class Node:
                                str(t.get("value") or "")) for t in spec.get("taints") or []),
             ready=ready,
             resource_version=str(metadata.get("resourceVersion", "")),
+            gpus_allocatable=_count(((obj.get("status") or {}).get("allocatable") or {})
+                                    .get(GPU_RESOURCE)),
         )
 
 
@@ -107,6 +125,7 @@ class Pod:
     waiting_reason: str = ""  # first container's waiting reason (CrashLoopBackOff, ...)
     waiting_message: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+    gpus_requested: int = 0  # sum of the containers' nvidia.com/gpu requests
 
     @property
     def key(self) -> str:
@@ -150,6 +169,7 @@ class Pod:
             waiting_reason=str(waiting.get("reason", "")),
             waiting_message=str(waiting.get("message", "")),
             labels=dict(metadata.get("labels") or {}),
+            gpus_requested=_gpu_requests(spec),
         )
 
 

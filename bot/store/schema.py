@@ -130,3 +130,21 @@ confirmations = Table(
     Column("answered_at", String(32), nullable=True),
     Column("note", Text, nullable=True),
 )
+
+proposals = Table(
+    "proposals",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("alertname", String(200), nullable=False),
+    Column("labels", Text, nullable=False),  # canonical JSON of the alert's labels
+    Column("runbook", String(64), nullable=False),
+    Column("params", Text, nullable=False),  # canonical JSON
+    Column("state", String(16), nullable=False),  # open, dismissed, started, refused
+    Column("alert_status", String(16), nullable=False),  # firing | resolved
+    Column("created_at", String(32), nullable=False),
+    Column("updated_at", String(32), nullable=False),
+    Column("execution_id", Integer, nullable=True),
+    Column("note", Text, nullable=True),
+    Index("ix_proposals_fingerprint", "fingerprint"),
+)

@@ -147,6 +147,11 @@ def lab() -> Iterator[Lab]:
     with _leases(folder) as leases:
         owner = leases / OWNED
         if lab_command("status").returncode != 0:
+            if not _other_live_leases(leases):
+                # Start from a clean folder: a run killed midway may have left state
+                # behind (etcd switched to another data dir, faults, reservations).
+                lab_command("down", "--purge")
+                leases.mkdir(parents=True, exist_ok=True)
             owner.touch()  # a lab that pytest starts, pytest stops
         handle = start_lab(stop_on_failure=owner.exists() and not _other_live_leases(leases))
         (leases / str(os.getpid())).touch()

@@ -1,0 +1,137 @@
+"""``runbook serve``: the bot's HTTP server and its engine.
+
+    POST /alerts    Alertmanager's webhook (version 4) -> proposals
+    GET  /healthz   200 when the database answers
+    GET  /metrics   Prometheus metrics (executions, checks, approvals, proposals)
+
+The same process runs the engine loop (executions approved from any surface run
+here). Chat surfaces join this server in a later release.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from sqlalchemy import func, select, text
+
+from bot import proposing
+from bot.engine import Engine, Reporter
+from bot.service import Bot
+from bot.store.schema import audit_events, executions, proposals
+
+MAX_BODY = 5 * 1024 * 1024
+
+
+class BotCollector:
+    """Metrics read from the database at scrape time, so every replica reports the same."""
+
+    def __init__(self, bot: Bot) -> None:
+        self._bot = bot
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        with self._bot.engine.connect() as conn:
+            by_state = conn.execute(select(executions.c.runbook, executions.c.state, func.count())
+                                    .group_by(executions.c.runbook, executions.c.state)).all()
+            kinds: dict[str, int] = dict(conn.execute(
+                select(audit_events.c.kind, func.count())
+                .where(audit_events.c.kind.in_(["check_evaluated", "approved", "denied",
+                                                "step_finished", "step_failed"]))
+                .group_by(audit_events.c.kind)).all())
+            open_proposals = conn.execute(select(func.count()).select_from(proposals)
+                                          .where(proposals.c.state == "open")).scalar_one()
+        gauge = GaugeMetricFamily("runbook_executions", "Executions by runbook and state",
+                                  labels=["runbook", "state"])
+        for runbook, state, count in by_state:
+            gauge.add_metric([runbook, state], count)
+        yield gauge
+        events = CounterMetricFamily("runbook_audit_events", "Audit events by kind",
+                                     labels=["kind"])
+        for kind, count in sorted(kinds.items()):
+            events.add_metric([kind], count)
+        yield events
+        yield GaugeMetricFamily("runbook_open_proposals", "Alert proposals waiting for a person",
+                                value=open_proposals)
+
+
+def make_handler(bot: Bot) -> type[BaseHTTPRequestHandler]:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(BotCollector(bot))
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # requests are not worth a line each; the audit log has what matters
+
+        def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, code: int, data: Any) -> None:
+            self._send(code, json.dumps(data).encode())
+
+        def do_GET(self) -> None:
+            if self.path == "/healthz":
+                try:
+                    with bot.engine.connect() as conn:
+                        conn.execute(text("SELECT 1"))
+                except Exception as exc:
+                    self._json(503, {"status": "unhealthy", "database": str(exc)[:200]})
+                    return
+                self._json(200, {"status": "ok"})
+            elif self.path == "/metrics":
+                self._send(200, generate_latest(registry), "text/plain; version=0.0.4")
+            else:
+                self._json(404, {"error": f"no {self.path} here: /alerts, /healthz, /metrics"})
+
+        def do_POST(self) -> None:
+            if self.path != "/alerts":
+                self._json(404, {"error": f"no {self.path} here: POST /alerts"})
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if length <= 0 or length > MAX_BODY:
+                self._json(400 if length <= 0 else 413,
+                           {"error": f"the body must be 1 to {MAX_BODY} bytes of JSON"})
+                return
+            try:
+                webhook = proposing.parse(self.rfile.read(length))
+            except proposing.BadPayload as exc:
+                self._json(400, {"error": str(exc)})
+                return
+            touched = proposing.receive(bot, webhook)
+            self._json(200, {"proposals": [
+                {"id": p.id, "runbook": p.runbook, "params": p.params, "state": p.state,
+                 "alert_status": p.alert_status} for p in touched]})
+
+    return Handler
+
+
+def serve(bot: Bot, host: str, port: int, report: Reporter,
+          stop: threading.Event | None = None) -> None:
+    """Serve HTTP and drive executions until ``stop`` is set (or the process is stopped)."""
+    stop = stop or threading.Event()
+    server = ThreadingHTTPServer((host, port), make_handler(bot))
+    server.daemon_threads = True
+    engine = Engine(bot, report=report)
+    worker = threading.Thread(target=engine.run_pending, kwargs={"stop": stop}, daemon=True,
+                              name="engine")
+    worker.start()
+    web = threading.Thread(target=server.serve_forever, daemon=True, name="http")
+    web.start()
+    try:
+        stop.wait()
+    finally:
+        server.shutdown()
+        engine.close()
