@@ -21,9 +21,10 @@ from sqlalchemy import func, select, text
 from bot import proposing
 from bot.engine import Engine, Reporter
 from bot.service import Bot
-from bot.store.schema import audit_events, executions, proposals
+from bot.store.schema import audit_events, executions, proposals, step_states
 
 MAX_BODY = 5 * 1024 * 1024
+STEP_BUCKETS = (0.1, 1.0, 10.0, 60.0, 600.0, 3600.0)
 
 
 class BotCollector:
@@ -57,6 +58,28 @@ class BotCollector:
         yield events
         yield GaugeMetricFamily("runbook_open_proposals", "Alert proposals waiting for a person",
                                 value=open_proposals)
+        yield self._step_durations()
+
+    def _step_durations(self) -> Any:
+        from datetime import datetime
+
+        from prometheus_client.core import HistogramMetricFamily
+
+        with self._bot.engine.connect() as conn:
+            rows = conn.execute(select(step_states.c.started_at, step_states.c.finished_at)
+                                .where(step_states.c.state == "succeeded",
+                                       step_states.c.started_at.is_not(None),
+                                       step_states.c.finished_at.is_not(None))).all()
+        durations = [
+            (datetime.fromisoformat(end.rstrip("Z")) - datetime.fromisoformat(start.rstrip("Z")))
+            .total_seconds() for start, end in rows]
+        counts = [sum(1 for d in durations if d <= edge) for edge in STEP_BUCKETS]
+        histogram = HistogramMetricFamily("runbook_step_duration_seconds",
+                                          "Duration of succeeded steps")
+        histogram.add_metric([], [(f"{edge:g}", count) for edge, count in
+                                  zip(STEP_BUCKETS, counts, strict=True)]
+                             + [("+Inf", len(durations))], sum_value=sum(durations))
+        return histogram
 
 
 def make_handler(bot: Bot) -> type[BaseHTTPRequestHandler]:

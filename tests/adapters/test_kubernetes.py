@@ -30,6 +30,7 @@ from tests.lab.fixture import Lab
 from tests.lab.kubehelp import (
     DEFAULT_DRIVER,
     DRIVER_LABEL,
+    UPGRADE_STATE,
     api,
     is_daemonset_pod,
     nodes,
@@ -314,6 +315,11 @@ def fast_upgrades(kube: Kube) -> Iterator[Kube]:
         kube.lab.lab("fault", "gpu06", "upgrade=ok", timeout=30)
         kube.run("gpu_operator.set_driver_version", version=DEFAULT_DRIVER)
         try:
+            # The lab's controller retries a failed node only after it reads the cleared
+            # fault: wait for that first, or the wait below stops at the old failure.
+            wait_until(lambda: all(n["metadata"]["labels"].get(UPGRADE_STATE) != "upgrade-failed"
+                                   for n in nodes(kube.lab).values()),
+                       "gpu06 to leave upgrade-failed", timeout=40)
             kube.run("gpu_operator.wait_upgrade_state", timeout=40, poll=0.1)
         finally:
             set_step(kube.lab, None)

@@ -138,3 +138,4 @@ def test_healthz_and_metrics(served: Any) -> None:
     with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
         text = response.read().decode()
     assert "runbook_open_proposals 1.0" in text
+    assert "runbook_step_duration_seconds_count" in text
