@@ -14,11 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import Connection, delete, func, select, text, update
 
 from bot import audit
 from bot.store.db import now_iso
 from bot.store.schema import counters, executions, locks
+
+
+_PG_LOCKS_LOCK = 0x6770_6C6B  # advisory lock key: serialises lock acquisition on PostgreSQL
 
 
 class LockConflict(Exception):
@@ -43,6 +46,10 @@ def acquire(
     """Take every lock in ``names`` for the execution, or raise LockConflict taking none."""
     if not names:
         return 0
+    if conn.dialect.name == "postgresql":
+        # One acquirer at a time: concurrent requests would otherwise deadlock on the
+        # counters row and the lock rows they both read, delete and write.
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCKS_LOCK})
     held = conn.execute(select(locks).where(locks.c.name.in_(list(names)))).all()
     for row in held:
         if row.expires_at > now and row.execution_id != execution_id:

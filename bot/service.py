@@ -96,7 +96,7 @@ class Bot:
         try:
             values = params.validate(loaded.runbook, raw, self.inventory)
             plan = make_plan(loaded, values, self.inventory, self.catalogue, self.config,
-                             self._audit_facts())
+                             self._audit_facts(loaded))
         except (params.ParamError, PlanError) as exc:
             raise Refused(f"{name}: {exc}") from exc
         return self._guard_capacity(name, plan, break_glass)
@@ -114,8 +114,11 @@ class Bot:
                           "ask for break-glass (--break-glass): it needs one more approval")
         return with_break_glass(plan)
 
-    def _audit_facts(self) -> dict[str, Any]:
-        """Facts templates may read that come from what the bot did before."""
+    def _audit_facts(self, loaded: LoadedRunbook) -> dict[str, Any]:
+        """Facts from what the bot did before; looked up only for runbooks that use them
+        (the lookup reads the audit log)."""
+        if "previous_driver_version" not in loaded.source:
+            return {"previous_driver_version": None}
         with self.engine.connect() as conn:
             return {"previous_driver_version": audit.previous_driver_version(conn)}
 
