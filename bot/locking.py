@@ -20,7 +20,6 @@ from bot import audit
 from bot.store.db import now_iso
 from bot.store.schema import counters, executions, locks
 
-
 _PG_LOCKS_LOCK = 0x6770_6C6B  # advisory lock key: serialises lock acquisition on PostgreSQL
 
 
