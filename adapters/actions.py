@@ -16,12 +16,35 @@ import ``bot``; the engine imports it from here.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Annotated, Any, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*([smhd]))+\s*$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
+
+
+def _seconds(value: Any) -> Any:
+    """Seconds as a number, or written like 90s, 30m, 2h, 1h30m, 1d."""
+    if isinstance(value, str):
+        stripped = value.strip()
+        try:
+            return float(stripped)
+        except ValueError:
+            pass
+        if not _DURATION.match(stripped):
+            raise ValueError(f"{value!r} is not a duration: give seconds or e.g. 90s, 30m, 2h")
+        return sum(float(n) * _UNITS[u] for n, u in _DURATION_PART.findall(stripped))
+    return value
+
+
+# A duration argument: seconds, or text like "90s", "30m", "2h", "1h30m".
+Seconds = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
 
 
 class ActionError(Exception):

@@ -29,6 +29,7 @@ from adapters.actions import (
     ActionError,
     ActionResult,
     ActionTimeout,
+    Seconds,
     StrictArguments,
 )
 from adapters.kubernetes.backend import (
@@ -41,7 +42,6 @@ from adapters.kubernetes.backend import (
     Taint,
 )
 from adapters.kubernetes.config import GpuOperatorConfig, KubernetesConfig
-from adapters.slurm.actions import Seconds
 
 NODE_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 OBJECT_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"

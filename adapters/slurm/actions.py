@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import Field, field_validator
 
 from adapters.actions import (
     Action,
@@ -21,6 +21,7 @@ from adapters.actions import (
     ActionError,
     ActionResult,
     ActionTimeout,
+    Seconds,
     StrictArguments,
 )
 from adapters.host import OUTPUT_LIMIT, HostCommand, allowed_argv
@@ -29,26 +30,6 @@ from adapters.slurm.backend import REBOOT_FLAGS, NodeInfo, SlurmBackend, SlurmEr
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.hostlist import compress, expand
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*([smhd]))+\s*$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
-
-
-def _seconds(value: Any) -> Any:
-    """Seconds as a number, or written like 90s, 30m, 2h, 1h30m, 1d."""
-    if isinstance(value, str):
-        stripped = value.strip()
-        try:
-            return float(stripped)
-        except ValueError:
-            pass
-        if not _DURATION.match(stripped):
-            raise ValueError(f"{value!r} is not a duration: give seconds or e.g. 90s, 30m, 2h")
-        return sum(float(n) * _UNITS[u] for n, u in _DURATION_PART.findall(stripped))
-    return value
-
-
-Seconds = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
 
 

@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
+from adapters.actions import ActionContext, ActionError, ActionResult, Seconds, StrictArguments
 from adapters.host import OUTPUT_LIMIT, allowed_argv
 from adapters.slurm import commands
-from adapters.slurm.actions import NAME_PATTERN, Seconds, _SlurmAction
+from adapters.slurm.actions import NAME_PATTERN, _SlurmAction
 
 
 class HealthCheckArguments(StrictArguments):
