@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `make demo`: the bot end to end on this machine.
 #  1. selftest with no configuration at all (what a fresh install checks first);
-#  2. the lab (real Slurm, MariaDB, slurmdbd): a drain approved by a second person,
-#     the node returned to service after its health check, and a maintenance
-#     reservation opened and closed. Identities are the lab's users (--as).
+#  2. the lab (real Slurm, MariaDB, slurmdbd, etcd, Prometheus, Alertmanager and the
+#     Kubernetes API fake): a drain approved by a second person, the node returned to
+#     service after its health check, a maintenance reservation opened and closed, the
+#     node view, and an XID alert becoming a swap-gpu proposal. Identities are the
+#     lab's users (--as).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runbook=$PWD/.venv/bin/runbook
@@ -63,6 +65,22 @@ step "open-maintenance on gpu[03-04] for 2 hours, then close-maintenance"
 run_approved alice dave open-maintenance name=demo-window nodes="gpu[03-04]" duration=2h
 scontrol show reservation demo-window
 run_approved alice "" close-maintenance name=demo-window
+
+step "runbook node gpu05: Slurm, Kubernetes and its GPUs (gpu05 is in both pools)"
+"$runbook" node gpu05
+
+step "an XID 79 on gpu03 travels Prometheus -> Alertmanager -> runbook serve -> a proposal"
+"$runbook" serve >"$demo_dir/serve.log" 2>&1 &
+serve_pid=$!
+trap 'kill $serve_pid 2>/dev/null || true' EXIT
+deploy/lab/lab fault gpu03 xid=79 xid_gpu=5
+for _ in $(seq 1 60); do
+  "$runbook" proposals | grep -q swap-gpu && break
+  sleep 1
+done
+"$runbook" proposals
+deploy/lab/lab fault gpu03 clear
+kill $serve_pid 2>/dev/null || true
 
 step "runbook history, one timeline, and the audit chain"
 "$runbook" history
