@@ -91,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     p = add("serve", "the bot's HTTP server (/alerts, /healthz, /metrics) and its engine")
     p.add_argument("--host", help="address to listen on (default: server.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: server.port, 8080)")
+    p = add("chat", "the chat grammar at a terminal (script mode when stdin is not a terminal)")
+    p.add_argument("--as", dest="as_user", help="start as USER (lab configs only)")
     p = add("node", "one or more nodes as Slurm, Kubernetes and the GPUs see them")
     p.add_argument("names", nargs="+")
     p.add_argument("--json", action="store_true")
@@ -435,6 +437,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    from bot.chat.terminal import run_chat
+
+    bot = _bot(args)
+    bot.runbooks()
+    user = _user(args, bot)
+    scripted = None if sys.stdin.isatty() else sys.stdin
+    return run_chat(bot, user, lines=scripted)
+
+
 def cmd_node(args: argparse.Namespace) -> int:
     import json
 
@@ -520,6 +532,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": cmd_serve,
     "proposals": cmd_proposals,
     "node": cmd_node,
+    "chat": cmd_chat,
     "proposal": cmd_proposal,
 }
 
