@@ -70,7 +70,7 @@ def test_plan_and_describe_and_history(bot: Any) -> None:
 def test_as_refused_without_lab(make_bot: Any) -> None:
     fakes.reset()
     bot = make_bot({"demo": runbook([record("a", "a")])}, lab=False)
-    code, text = chat(bot, "/as carol\n")
+    _, text = chat(bot, "/as carol\n")
     assert "only available when the configuration says lab: true" in text
 
 
