@@ -108,3 +108,24 @@ class Action(Protocol):
     def run(self, args: Any, ctx: ActionContext) -> ActionResult:
         """Perform the operations; idempotent; raise ActionError on failure."""
         ...
+
+
+class ActionSet:
+    """The actions of one adapter over one backend and configuration.
+
+    Subclasses name their ``action_classes`` and set ``backend``, ``config`` and
+    ``_sleep`` (what their actions poll with); each class is built as
+    ``cls(backend, config, sleep)``.
+    """
+
+    action_classes: ClassVar[tuple[Any, ...]]
+    backend: Any
+    config: Any
+    _sleep: Callable[[float], None]
+
+    def all(self) -> list[Action]:
+        return [cls(self.backend, self.config, self._sleep) for cls in self.action_classes]
+
+    def by_name(self) -> dict[str, Action]:
+        return {action.name: action for action in self.all()}
+

@@ -28,6 +28,7 @@ from adapters.actions import (
     ActionContext,
     ActionError,
     ActionResult,
+    ActionSet,
     ActionTimeout,
     StrictArguments,
 )
@@ -298,8 +299,10 @@ ACTION_CLASSES: tuple[type[_EtcdAction], ...] = (
 )
 
 
-class EtcdActions:
+class EtcdActions(ActionSet):
     """Every ``etcd.*`` action over one backend: ``EtcdActions(config).all()``."""
+
+    action_classes = ACTION_CLASSES
 
     def __init__(self, config: EtcdConfig, backend: EtcdBackend | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -307,11 +310,6 @@ class EtcdActions:
         self.backend = backend if backend is not None else EtcdctlBackend(config)
         self._sleep = sleep
 
-    def all(self) -> list[Action]:
-        return [cls(self.backend, self.config, self._sleep) for cls in ACTION_CLASSES]
-
-    def by_name(self) -> dict[str, Action]:
-        return {action.name: action for action in self.all()}
 
 
 def etcd_actions(config: EtcdConfig) -> list[Action]:

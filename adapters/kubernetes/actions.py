@@ -28,6 +28,7 @@ from adapters.actions import (
     ActionContext,
     ActionError,
     ActionResult,
+    ActionSet,
     ActionTimeout,
     Seconds,
     StrictArguments,
@@ -811,8 +812,10 @@ ACTION_CLASSES: tuple[type[_KubernetesAction], ...] = (
 )
 
 
-class KubernetesActions:
+class KubernetesActions(ActionSet):
     """Every ``k8s.*``/``gpu_operator.*`` action: ``KubernetesActions(backend, config).all()``."""
+
+    action_classes = ACTION_CLASSES
 
     def __init__(self, backend: KubernetesBackend, config: KubernetesConfig | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -820,11 +823,6 @@ class KubernetesActions:
         self.config = config or KubernetesConfig()
         self._sleep = sleep
 
-    def all(self) -> list[Action]:
-        return [cls(self.backend, self.config, self._sleep) for cls in ACTION_CLASSES]
-
-    def by_name(self) -> dict[str, Action]:
-        return {action.name: action for action in self.all()}
 
 
 def kubernetes_actions(config: KubernetesConfig,

@@ -22,6 +22,7 @@ from adapters.actions import (
     ActionContext,
     ActionError,
     ActionResult,
+    ActionSet,
     ActionTimeout,
     StrictArguments,
 )
@@ -133,8 +134,10 @@ class WaitAction:
 ACTION_CLASSES: tuple[type[WaitAction], ...] = (WaitAction,)
 
 
-class PrometheusActions:
+class PrometheusActions(ActionSet):
     """Every ``prom.*`` action over one backend: ``PrometheusActions(config).all()``."""
+
+    action_classes = ACTION_CLASSES
 
     def __init__(self, config: PrometheusConfig, backend: PrometheusBackend | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -142,11 +145,6 @@ class PrometheusActions:
         self.backend = backend if backend is not None else PrometheusApiBackend(config)
         self._sleep = sleep
 
-    def all(self) -> list[Action]:
-        return [cls(self.backend, self.config, self._sleep) for cls in ACTION_CLASSES]
-
-    def by_name(self) -> dict[str, Action]:
-        return {action.name: action for action in self.all()}
 
 
 def prometheus_actions(config: PrometheusConfig) -> list[Action]:

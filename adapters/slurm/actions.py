@@ -20,6 +20,7 @@ from adapters.actions import (
     ActionContext,
     ActionError,
     ActionResult,
+    ActionSet,
     ActionTimeout,
     Seconds,
     StrictArguments,
@@ -450,8 +451,10 @@ ACTION_CLASSES: tuple[type[_SlurmAction], ...] = (
 )
 
 
-class SlurmActions:
+class SlurmActions(ActionSet):
     """Every ``slurm.*`` action over one backend: ``SlurmActions(backend, config).all()``."""
+
+    action_classes = ACTION_CLASSES
 
     def __init__(self, backend: SlurmBackend, config: SlurmConfig | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -459,11 +462,6 @@ class SlurmActions:
         self.config = config or SlurmConfig()
         self._sleep = sleep
 
-    def all(self) -> list[Action]:
-        return [cls(self.backend, self.config, self._sleep) for cls in ACTION_CLASSES]
-
-    def by_name(self) -> dict[str, Action]:
-        return {action.name: action for action in self.all()}
 
 
 def slurm_actions(config: SlurmConfig, backend: SlurmBackend | None = None) -> list[Action]:

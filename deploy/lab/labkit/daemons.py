@@ -18,7 +18,12 @@ READY_TIMEOUT = float(os.environ.get("RUNBOOK_LAB_TIMEOUT", "60"))
 REST_VERSIONS = ["v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42"]
 TOKEN_LIFESPAN = 7 * 24 * 3600
 # Compact sinfo states of a registered node; a trailing * means not responding.
-RESPONDING_STATES = {"idle", "mix", "alloc", "drain", "drng", "resv", "maint"}
+
+
+def responding(state: str | None) -> bool:
+    """A registered slurmd: any state without the not-responding `*` (after a reboot or a
+    slurmctld restart a node may also show comp, boot, plnd ...), but not unknown or down."""
+    return bool(state) and "*" not in str(state) and not str(state).startswith(("unk", "down"))
 
 
 @dataclass
@@ -221,7 +226,7 @@ def slurmd(layout: Layout, ports: Ports, node: str, index: int) -> Daemon:
     env = slurm_env(layout)
 
     def ready() -> bool:
-        return node_states(layout).get(node) in RESPONDING_STATES
+        return responding(node_states(layout).get(node))
 
     return Daemon(
         name=f"slurmd-{node}", argv=["slurmd", "-D", "-N", node], env=env,
