@@ -110,6 +110,19 @@ class Action(Protocol):
         ...
 
 
+class ActionBase:
+    """Base of an adapter's action classes: the two methods every action has."""
+
+    name: ClassVar[str]
+    Arguments: ClassVar[type[StrictArguments]]
+
+    def plan(self, args: Any) -> list[str]:
+        raise NotImplementedError
+
+    def run(self, args: Any, ctx: ActionContext) -> ActionResult:
+        raise NotImplementedError
+
+
 class ActionSet:
     """The actions of one adapter over one backend and configuration.
 

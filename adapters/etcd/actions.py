@@ -19,12 +19,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field, field_validator
 
 from adapters.actions import (
     Action,
+    ActionBase,
     ActionContext,
     ActionError,
     ActionResult,
@@ -99,16 +100,7 @@ class KeysPresentArguments(StrictArguments):
         return list(dict.fromkeys([*self.keys, *self.values]))
 
 
-class _EtcdAction:
-    name: ClassVar[str]
-    Arguments: ClassVar[type[StrictArguments]]
-
-    def plan(self, args: Any) -> list[str]:
-        raise NotImplementedError
-
-    def run(self, args: Any, ctx: ActionContext) -> ActionResult:
-        raise NotImplementedError
-
+class _EtcdAction(ActionBase):
     def __init__(self, backend: EtcdBackend, config: EtcdConfig,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.backend = backend

@@ -25,6 +25,7 @@ from pydantic import Field, field_validator, model_validator
 
 from adapters.actions import (
     Action,
+    ActionBase,
     ActionContext,
     ActionError,
     ActionResult,
@@ -218,16 +219,7 @@ class DriverVersionsArguments(_NodeSetArguments):
 
 # --- actions -------------------------------------------------------------------------
 
-class _KubernetesAction:
-    name: ClassVar[str]
-    Arguments: ClassVar[type[StrictArguments]]
-
-    def plan(self, args: Any) -> list[str]:
-        raise NotImplementedError
-
-    def run(self, args: Any, ctx: ActionContext) -> ActionResult:
-        raise NotImplementedError
-
+class _KubernetesAction(ActionBase):
     def __init__(self, backend: KubernetesBackend, config: KubernetesConfig | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.backend = backend

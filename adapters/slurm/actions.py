@@ -17,6 +17,7 @@ from pydantic import Field, field_validator
 
 from adapters.actions import (
     Action,
+    ActionBase,
     ActionContext,
     ActionError,
     ActionResult,
@@ -142,16 +143,7 @@ class NodeInfoArguments(_NodesArguments):
     pass
 
 
-class _SlurmAction:
-    name: ClassVar[str]
-    Arguments: ClassVar[type[StrictArguments]]
-
-    def plan(self, args: Any) -> list[str]:
-        raise NotImplementedError
-
-    def run(self, args: Any, ctx: ActionContext) -> ActionResult:
-        raise NotImplementedError
-
+class _SlurmAction(ActionBase):
     def __init__(self, backend: SlurmBackend, config: SlurmConfig | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.backend = backend
