@@ -4,15 +4,17 @@
     GET  /healthz   200 when the database answers
     GET  /metrics   Prometheus metrics (executions, checks, approvals, proposals)
 
-The same process runs the engine loop (executions approved from any surface run
-here). Chat surfaces join this server in a later release.
+Surfaces add POST routes (``Route``: Slack at /slack/events) and background tasks
+(``Task``). Tasks marked ``leader_only`` (the engine loop, the chat progress poster, the
+scheduler) run in one replica at a time; the others in every replica.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -24,6 +26,26 @@ from bot.service import Bot
 from bot.store.schema import audit_events, executions, proposals, step_states
 
 MAX_BODY = 5 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+# A POST route: (request headers, raw body) -> response. Headers keys are lower case.
+Route = Callable[[Mapping[str, str], bytes], Response]
+
+
+@dataclass(frozen=True)
+class Task:
+    """A loop that runs until ``stop`` is set."""
+
+    name: str
+    run: Callable[[threading.Event], None]
+    leader_only: bool = True
 STEP_BUCKETS = (0.1, 1.0, 10.0, 60.0, 600.0, 3600.0)
 
 
@@ -82,11 +104,13 @@ class BotCollector:
         return histogram
 
 
-def make_handler(bot: Bot) -> type[BaseHTTPRequestHandler]:
+def make_handler(bot: Bot, routes: Mapping[str, Route] | None = None,
+                 ) -> type[BaseHTTPRequestHandler]:
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry()
     registry.register(BotCollector(bot))
+    extra = dict(routes or {})
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -120,16 +144,24 @@ def make_handler(bot: Bot) -> type[BaseHTTPRequestHandler]:
                 self._json(404, {"error": f"no {self.path} here: /alerts, /healthz, /metrics"})
 
         def do_POST(self) -> None:
-            if self.path != "/alerts":
-                self._json(404, {"error": f"no {self.path} here: POST /alerts"})
+            path = self.path.split("?", 1)[0]
+            if path != "/alerts" and path not in extra:
+                known = ", ".join(["/alerts", *sorted(extra)])
+                self._json(404, {"error": f"no {self.path} here: POST {known}"})
                 return
             length = int(self.headers.get("Content-Length") or 0)
             if length <= 0 or length > MAX_BODY:
                 self._json(400 if length <= 0 else 413,
-                           {"error": f"the body must be 1 to {MAX_BODY} bytes of JSON"})
+                           {"error": f"the body must be 1 to {MAX_BODY} bytes"})
+                return
+            body = self.rfile.read(length)
+            if path in extra:
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                answer = extra[path](headers, body)
+                self._send(answer.status, answer.body, answer.content_type)
                 return
             try:
-                webhook = proposing.parse(self.rfile.read(length))
+                webhook = proposing.parse(body)
             except proposing.BadPayload as exc:
                 self._json(400, {"error": str(exc)})
                 return
@@ -141,20 +173,33 @@ def make_handler(bot: Bot) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def engine_task(bot: Bot, report: Reporter) -> Task:
+    def run(stop: threading.Event) -> None:
+        engine = Engine(bot, report=report)
+        try:
+            engine.run_pending(stop=stop)
+        finally:
+            engine.close()
+
+    return Task("engine", run)
+
+
 def serve(bot: Bot, host: str, port: int, report: Reporter,
-          stop: threading.Event | None = None) -> None:
-    """Serve HTTP and drive executions until ``stop`` is set (or the process is stopped)."""
+          stop: threading.Event | None = None, *, routes: Mapping[str, Route] | None = None,
+          tasks: Sequence[Task] = ()) -> None:
+    """Serve HTTP and run the engine and ``tasks`` until ``stop`` is set."""
     stop = stop or threading.Event()
-    server = ThreadingHTTPServer((host, port), make_handler(bot))
+    server = ThreadingHTTPServer((host, port), make_handler(bot, routes))
     server.daemon_threads = True
-    engine = Engine(bot, report=report)
-    worker = threading.Thread(target=engine.run_pending, kwargs={"stop": stop}, daemon=True,
-                              name="engine")
-    worker.start()
+    threads = [threading.Thread(target=task.run, args=(stop,), daemon=True, name=task.name)
+               for task in [engine_task(bot, report), *tasks]]
+    for thread in threads:
+        thread.start()
     web = threading.Thread(target=server.serve_forever, daemon=True, name="http")
     web.start()
     try:
         stop.wait()
     finally:
         server.shutdown()
-        engine.close()
+        for thread in threads:
+            thread.join(timeout=30)
