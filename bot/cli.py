@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from bot.chat.slack.surface import SlackSurface
     from bot.config import Config
     from bot.service import Bot
 
@@ -432,9 +433,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
     bot.runbooks()
     host = args.host or bot.config.server.host
     port = args.port or bot.config.server.port
-    print(f"serving on http://{host}:{port} (/alerts, /healthz, /metrics)", flush=True)
-    serve(bot, host, port, _report)
+    slack = _slack_surface(bot)
+    routes = dict(slack.routes()) if slack else {}
+    tasks = list(slack.tasks()) if slack else []
+    report = _report
+    if slack is not None:
+        surface = slack
+
+        def report(execution_id: int, line: str) -> None:
+            _report(execution_id, line)
+            surface.report(execution_id, line)
+
+    paths = ", ".join(["/alerts", "/healthz", "/metrics", *routes])
+    print(f"serving on http://{host}:{port} ({paths})"
+          + (f"; Slack in {slack.mode} mode" if slack else "; Slack not set up"), flush=True)
+    import signal
+    import threading
+
+    stop = threading.Event()  # SIGTERM (a pod stopping): give the leadership up, then exit
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    serve(bot, host, port, report, stop, routes=routes, tasks=tasks)
     return EXIT_OK
+
+
+def _slack_surface(bot: Bot) -> SlackSurface | None:
+    from bot.chat.slack.secrets import SlackSetupError
+    from bot.chat.slack.surface import from_environment
+
+    try:
+        return from_environment(bot)
+    except SlackSetupError as exc:
+        raise UsageError(f"Slack: {exc}") from exc
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

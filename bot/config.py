@@ -11,9 +11,19 @@ import getpass
 import os
 import sys
 from pathlib import Path
+from typing import Literal
+from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from adapters.alertmanager import AlertmanagerConfig
 from adapters.etcd.config import EtcdConfig
@@ -63,6 +73,30 @@ class AlertRule(BaseModel):
     auto_run: bool = False  # run without a person; honoured only for risk low runbooks
 
 
+class ScheduleConfig(BaseModel):
+    """A schedule the configuration declares (``schedules:``); kept in step with the
+    database by the scheduler, by ``name``."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,63}$")
+    runbook: str
+    params: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    cron: str | None = None  # crontab: minute hour day-of-month month day-of-week
+    at: str | None = None  # one time, "2026-12-05 02:00" in ``tz``
+    tz: str | None = None  # default: scheduling.timezone
+    approve: Literal["ahead", "when_due"] = "when_due"
+    requested_by: str = "config"  # the requester of its runs (requesters do not apply)
+
+
+class SchedulingConfig(BaseModel):
+    """How the leader fires schedules and maintenance windows (see README "Schedules")."""
+
+    model_config = ConfigDict(extra="forbid")
+    misfire_grace: str = "15m"  # a fire time later than this is reported missed, not run
+    poll_seconds: float = Field(default=10.0, gt=0)  # re-read schedules and windows this often
+    timezone: str = "UTC"  # for cron= and at= given without tz=
+
+
 class ServerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     host: str = "127.0.0.1"
@@ -76,6 +110,59 @@ class EngineConfig(BaseModel):
     lock_ttl_seconds: float = Field(default=4 * 3600.0, gt=0)
     default_step_timeout: str = "1h"
     max_parallel: int = Field(default=8, ge=1, le=256)  # executions one engine drives at once
+
+
+SECRET_KEYS = ("token", "bot_token", "app_token", "signing_secret", "secret")
+
+
+class SlackConfig(BaseModel):
+    """Where and as whom the bot talks in Slack. Secrets are never here: they come from
+    SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET and SLACK_APP_TOKEN or from the files named below."""
+
+    model_config = ConfigDict(extra="forbid")
+    channel: str  # channel ID for plans, approvals, progress and proposals, e.g. C0RUNBOOK
+    mode: str = Field(default="auto", pattern="^(auto|http|socket)$")  # auto: by the tokens
+    users: dict[str, str] = Field(default_factory=dict)  # Slack user ID -> bot user name
+    user_groups: dict[str, str] = Field(default_factory=dict)  # Slack user group ID -> group
+    bot_token_file: Path | None = None
+    signing_secret_file: Path | None = None
+    app_token_file: Path | None = None
+    poll_seconds: float = Field(default=1.0, gt=0, le=60)  # progress updates at most this often
+    groups_refresh_seconds: float = Field(default=300.0, ge=10)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_plain_secrets(cls, data: object) -> object:
+        if isinstance(data, dict):
+            found = [key for key in data if key in SECRET_KEYS]
+            if found:
+                raise ValueError(
+                    f"{', '.join(found)}: secrets do not belong in the configuration file; set "
+                    "SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN in the environment "
+                    "or name files with bot_token_file, signing_secret_file, app_token_file")
+        return data
+
+
+class LeaderElectionConfig(BaseModel):
+    """Which of several ``runbook serve`` replicas runs executions and schedules (bot.leadership).
+
+    ``method``: ``auto`` = ``none`` on SQLite (one replica only), else ``kubernetes`` when the
+    bot runs in a cluster (KUBERNETES_SERVICE_HOST) and has a ``kubernetes`` section, else
+    ``postgres`` (a session advisory lock); ``none`` = every replica leads.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    method: Literal["auto", "postgres", "kubernetes", "none"] = "auto"
+    lease_name: str = Field(default="gpu-runbook-bot", min_length=1, max_length=63)
+    namespace: str | None = None  # of the Lease; default: the pod's own namespace
+    lease_seconds: int = Field(default=15, ge=1)  # Kubernetes: a dead leader's Lease expires
+    retry_seconds: float = Field(default=2.0, gt=0)  # the leader renews, followers try, this often
+
+    @model_validator(mode="after")
+    def _retry_within_lease(self) -> LeaderElectionConfig:
+        if self.retry_seconds >= self.lease_seconds:
+            raise ValueError("retry_seconds must be less than lease_seconds")
+        return self
 
 
 def shipped_runbooks() -> Path:
@@ -120,9 +207,15 @@ class Config(BaseModel):
     kubernetes: KubernetesConfig | None = None  # enables k8s.* and gpu_operator.* actions
     etcd: EtcdConfig | None = None  # enables etcd.* actions
     server: ServerConfig = Field(default_factory=ServerConfig)
+    leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig)
     alert_rules: list[AlertRule] = Field(default_factory=list)
     prometheus: PrometheusConfig | None = None  # enables promql checks and prom.wait
     alertmanager: AlertmanagerConfig | None = None  # alerts checks, silences
+    schedules: list[ScheduleConfig] = Field(default_factory=list)
+    scheduling: SchedulingConfig = Field(default_factory=SchedulingConfig)
+    slack: SlackConfig | None = None  # the Slack surface of `runbook serve`
+    # Groups learnt at run time (Slack user group membership): user -> groups.
+    _learnt_groups: dict[str, set[str]] = PrivateAttr(default_factory=dict)
 
     @field_validator("requesters", "approvers")
     @classmethod
@@ -137,7 +230,12 @@ class Config(BaseModel):
 
     def groups_of(self, user: str) -> set[str]:
         entry = self.users.get(user)
-        return set(entry.groups) if entry else set()
+        configured = set(entry.groups) if entry else set()
+        return configured | self._learnt_groups.get(user, set())
+
+    def learn_groups(self, groups: dict[str, set[str]]) -> None:
+        """Replace the memberships learnt from outside (Slack user groups)."""
+        self._learnt_groups = {user: set(names) for user, names in groups.items()}
 
     def matches(self, user: str, principals: list[str]) -> bool:
         """True when ``user`` is one of ``principals`` ("*", "user:X", "group:G")."""
@@ -168,6 +266,11 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     base = file.parent
     if "runbook_paths" in raw and isinstance(raw["runbook_paths"], list):
         raw["runbook_paths"] = [str(base / p) for p in raw["runbook_paths"]]
+    slack = raw.get("slack")
+    if isinstance(slack, dict):
+        for key in ("bot_token_file", "signing_secret_file", "app_token_file"):
+            if isinstance(slack.get(key), str):
+                slack[key] = str(base / slack[key])
     if isinstance(raw.get("host_commands"), dict):
         raw["host_commands"] = {**default_host_commands(), **raw["host_commands"]}
     try:

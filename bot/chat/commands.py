@@ -2,7 +2,7 @@
 
     help | list | describe NAME | plan NAME k=v... | run NAME k=v... | approve ID
     | deny ID [reason] | cancel ID | status ID | show ID | history [node=N] | node NAME
-    | confirm ID [no] | proposals
+    | confirm ID [no] | proposals | proposal run ID | proposal dismiss ID [reason]
 
 Any text gets a helpful answer, never a stack trace: unknown commands and runbooks
 come with suggestions, bad parameters with what is wrong. No business logic here;
@@ -34,6 +34,7 @@ runbook commands:
   node NAME                     Slurm, Kubernetes and GPU telemetry of a node
   confirm ID [no]               answer the question a running step asks
   proposals                     runbooks proposed by alerts
+  proposal run ID | proposal dismiss ID [reason]
 Quote values with spaces: run drain-node node=gpu07 reason="XID 79 on GPU 3\""""
 
 
@@ -189,8 +190,25 @@ def _proposals(bot: Bot, args: list[str], user: str) -> Reply:
     return Reply("\n".join(lines) or "no open proposals")
 
 
+def _proposal(bot: Bot, args: list[str], user: str) -> Reply:
+    from bot import proposing
+
+    usage = "proposal run ID | proposal dismiss ID [reason]"
+    if len(args) < 2 or args[0] not in ("run", "dismiss"):
+        raise _Usage(usage)
+    proposal_id = _one_id(args[1:], usage)
+    if args[0] == "run":
+        execution_id = proposing.run(bot, proposal_id, user)
+        ex = bot.get(execution_id)
+        return Reply(f"proposal {proposal_id}: execution {ex.id} ({ex.runbook}) requested by "
+                     f"{user}; {ex.state.replace('_', ' ')}", execution_id=ex.id)
+    proposal = proposing.dismiss(bot, proposal_id, user, " ".join(args[2:]) or None)
+    return Reply(f"proposal {proposal.id}: dismissed by {user}")
+
+
 COMMANDS: dict[str, Command] = {
     "help": _help, "list": _list, "describe": _describe, "plan": _plan, "run": _run,
     "approve": _approve, "deny": _deny, "cancel": _cancel, "status": _status, "show": _show,
     "history": _history, "node": _node, "confirm": _confirm, "proposals": _proposals,
+    "proposal": _proposal,
 }

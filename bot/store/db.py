@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0005"
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 

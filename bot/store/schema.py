@@ -12,10 +12,12 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
     Text,
+    Unicode,
 )
 
 metadata = MetaData()
@@ -147,4 +149,105 @@ proposals = Table(
     Column("execution_id", Integer, nullable=True),
     Column("note", Text, nullable=True),
     Index("ix_proposals_fingerprint", "fingerprint"),
+)
+
+# Chat surfaces (Slack): one row per message the bot keeps up to date, keyed by what
+# it shows ("execution:12", "proposal:3", "confirm:12:swap"), so a restart or a second
+# replica never posts it twice.
+chat_messages = Table(
+    "chat_messages",
+    metadata,
+    Column("subject", String(128), primary_key=True),
+    Column("channel", String(64), nullable=False),
+    Column("ts", String(32), nullable=True),  # None while the post is in flight
+    Column("rendered", String(64), nullable=True),  # sha256 of what the message shows now
+    Column("final", Integer, nullable=False, default=0),  # 1: nothing more will change
+    Column("updated_at", String(32), nullable=False),
+)
+
+# Requests already acted on (Slack retries, Socket Mode redelivery): key -> first seen.
+chat_deliveries = Table(
+    "chat_deliveries",
+    metadata,
+    Column("key", String(200), primary_key=True),
+    Column("received_at", String(32), nullable=False),
+)
+
+# --- schedules and maintenance windows (revision 0005) -----------------------------------
+
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("runbook", String(64), nullable=False),
+    Column("params", Text, nullable=False),  # canonical JSON of the parameters as given
+    Column("cron", String(200), nullable=True),  # crontab expression (5 fields), or
+    Column("at", String(32), nullable=True),  # one time, UTC ISO-8601
+    Column("timezone", String(64), nullable=False),  # the cron's (and the given at's) zone
+    Column("approve", String(16), nullable=False),  # ahead | when_due
+    Column("plan_hash", String(64), nullable=False),  # the plan approvals ahead bind to
+    Column("created_by", String(128), nullable=False),  # the requester of every run
+    Column("created_at", String(32), nullable=False),
+    Column("source", String(16), nullable=False),  # cli | chat | config
+    Column("config_name", String(64), nullable=True, unique=True),  # schedules: in the config
+    Column("state", String(16), nullable=False),  # active, paused, removed, done, missed
+    Column("revision", Integer, nullable=False, default=1),  # bumped when the trigger changes
+    Column("last_handled", String(32), nullable=True),  # the last fire time dealt with
+    Column("last_outcome", Text, nullable=True),
+    Column("last_execution_id", Integer, nullable=True),
+    Column("missed", Integer, nullable=False, default=0),  # fire times reported missed
+    Column("updated_at", String(32), nullable=False),
+)
+
+approvals_ahead = Table(  # approvals collected before a run exists (schedules, windows)
+    "approvals_ahead",
+    metadata,
+    Column("subject", String(64), primary_key=True),  # schedule:ID | window:ID
+    Column("user", String(128), primary_key=True),
+    Column("plan_hash", String(64), primary_key=True),  # a schedule's plan, a window's digest
+    Column("at", String(32), nullable=False),
+)
+
+scheduled_runs = Table(  # one row per fire time dealt with: a fire time never runs twice
+    "scheduled_runs",
+    metadata,
+    Column("subject", String(64), primary_key=True),  # schedule:ID, window:ID:open|close
+    Column("scheduled_for", String(32), primary_key=True),  # UTC ISO-8601
+    Column("outcome", String(16), nullable=False),  # requested, refused, missed, skipped
+    Column("execution_id", Integer, nullable=True),
+    Column("detail", Text, nullable=True),
+    Column("at", String(32), nullable=False),
+)
+
+maintenance_windows = Table(
+    "maintenance_windows",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("nodes", Text, nullable=False),  # hostlist of the bot's node names
+    Column("starts_at", String(32), nullable=False),  # UTC ISO-8601
+    Column("duration_seconds", Float, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("runbooks", Text, nullable=False),  # JSON [{runbook, params}] to run inside
+    Column("plans", Text, nullable=False),  # JSON [{runbook, params, plan_hash}], open first
+    Column("digest", String(64), nullable=False),  # sha256 of the plans: approvals bind to it
+    Column("created_by", String(128), nullable=False),
+    Column("created_at", String(32), nullable=False),
+    Column("state", String(16), nullable=False),  # scheduled, opening, open, closing, closed,
+    # cancelled, missed, failed
+    Column("open_execution_id", Integer, nullable=True),
+    Column("close_execution_id", Integer, nullable=True),
+    Column("runs", Text, nullable=False),  # JSON [{runbook, params, execution_id, state}]
+    Column("report", Text, nullable=True),
+    Column("updated_at", String(32), nullable=False),
+    Index("ix_maintenance_windows_state", "state"),
+)
+
+# APScheduler's SQLAlchemyJobStore owns this table (same columns as it declares); the
+# migration creates it so that the schema has one owner.
+apscheduler_jobs = Table(
+    "apscheduler_jobs",
+    metadata,
+    Column("id", Unicode(191), primary_key=True),
+    Column("next_run_time", Float(25), index=True),
+    Column("job_state", LargeBinary, nullable=False),
 )

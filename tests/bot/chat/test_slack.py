@@ -1,0 +1,291 @@
+"""The Slack surface end to end over HTTP: signed requests to /slack/events of a real
+``serve``, the lab's fake of Slack's Web API recording every call, the lab's Slurm."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from bot import audit
+from bot.config import EngineConfig, load_config
+from bot.service import Bot
+from bot.store.schema import executions as executions_table
+from tests.bot.chat.slackhelp import FakeSlack, SlackClientSide, serving, slack_secrets
+from tests.lab.fixture import Lab
+
+pytestmark = pytest.mark.lab
+
+ALICE, BOB, CAROL, DAVE = "U0ALICE", "U0BOB", "U0CAROL", "U0DAVE"
+
+CHECK_RUNBOOK = """\
+name: slack-check
+version: 1.0.0
+summary: Waits for a person between two notes; two approvals (tests of the Slack surface).
+risk: medium
+params:
+  note: {type: text, required: true}
+approval: {required: 2, approvers: ["group:gpu-leads"], expires: 30m}
+steps:
+  - id: tell
+    action: chat.notify
+    with: {message: "starting: {{ note }}"}
+  - id: ask
+    action: chat.confirm
+    with: {question: "Is the GPU replaced?", poll: 0.2}
+    timeout: 5m
+  - id: end
+    action: chat.notify
+    with: {message: "all done"}
+"""
+
+QUICK_RUNBOOK = """\
+name: slack-quick
+version: 1.0.0
+summary: One note; one approval that expires quickly (tests of the Slack surface).
+risk: medium
+params:
+  note: {type: text, required: true}
+approval: {required: 1, approvers: ["group:gpu-leads"], expires: 2s}
+steps:
+  - id: tell
+    action: chat.notify
+    with: {message: "{{ note }}"}
+"""
+
+
+@pytest.fixture(scope="module")
+def runbook_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("runbooks")
+    (folder / "slack-check.yaml").write_text(CHECK_RUNBOOK)
+    (folder / "slack-quick.yaml").write_text(QUICK_RUNBOOK)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bot(lab: Lab, runbook_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Bot:
+    config = load_config(lab.dir / "bot.yaml")
+    config = config.model_copy(update={
+        "database_url": f"sqlite:///{tmp_path_factory.mktemp('db') / 'bot.db'}",
+        "engine": EngineConfig(lease_seconds=10, poll_seconds=0.1),
+        "runbook_paths": [*config.runbook_paths, runbook_dir],
+    })
+    return Bot.from_config(config)
+
+
+@pytest.fixture(scope="module")
+def fake(lab: Lab) -> FakeSlack:
+    return FakeSlack(lab["slack"]["url"])
+
+
+@pytest.fixture(scope="module")
+def slack(lab: Lab, bot: Bot, fake: FakeSlack) -> Iterator[SlackClientSide]:
+    fake.reset()
+    with serving(bot, slack_secrets(lab)) as (_, base):
+        yield SlackClientSide(base + "/slack/events", lab.env["SLACK_SIGNING_SECRET"],
+                              lab["slack"]["url"] + "/_lab/response")
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+def latest_execution(bot: Bot, runbook: str) -> int:
+    with bot.engine.connect() as conn:
+        found = conn.execute(select(executions_table.c.id)
+                             .where(executions_table.c.runbook == runbook)
+                             .order_by(executions_table.c.id.desc()).limit(1)).scalar()
+    return int(found or 0)
+
+
+def count_executions(bot: Bot) -> int:
+    with bot.engine.connect() as conn:
+        return len(conn.execute(select(executions_table.c.id)).all())
+
+
+def mentions(call: dict[str, Any], execution_id: int) -> bool:
+    return re.search(rf"execution {execution_id}\b", str(call["args"].get("text", ""))) is not None
+
+
+def root(fake: FakeSlack, execution_id: int) -> dict[str, Any]:
+    def find() -> dict[str, Any] | None:
+        for call in fake.calls("chat.postMessage"):
+            if (call.get("status", 200) == 200 and not call["args"].get("thread_ts")
+                    and mentions(call, execution_id)):
+                return call
+        return None
+    return dict(fake.wait(find, message=f"the root message of execution {execution_id}"))
+
+
+def root_ts(fake: FakeSlack, execution_id: int) -> str:
+    return str(root(fake, execution_id)["response"]["ts"])
+
+
+def root_text(fake: FakeSlack, execution_id: int, contains: str) -> str:
+    ts = root_ts(fake, execution_id)
+
+    def find() -> str | None:
+        updates = [c for c in fake.calls("chat.update") if c["args"].get("ts") == ts]
+        text = str(updates[-1]["args"]["text"]) if updates else ""
+        return text if contains in text else None
+    return str(fake.wait(find, message=f"the root of {execution_id} to say {contains!r}"))
+
+
+def thread(fake: FakeSlack, execution_id: int) -> list[str]:
+    ts = root_ts(fake, execution_id)
+    return [str(c["args"].get("text", "")) for c in fake.calls("chat.postMessage")
+            if c["args"].get("thread_ts") == ts]
+
+
+def ephemerals(fake: FakeSlack, user: str) -> list[str]:
+    return [str(c["args"]["text"]) for c in fake.calls("chat.postEphemeral")
+            if c["args"].get("user") == user]
+
+
+def wait_state(bot: Bot, execution_id: int, state: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if bot.get(execution_id).state == state:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"execution {execution_id} is {bot.get(execution_id).state}, "
+                         f"not {state}")
+
+
+def value_of(fake: FakeSlack, execution_id: int) -> str:
+    blocks = root(fake, execution_id)["args"]["blocks"]
+    buttons = [e for b in blocks if b["type"] == "actions" for e in b["elements"]]
+    approve = next(b for b in buttons if b["action_id"] == "approve")
+    return str(approve["value"])
+
+
+# --- signatures -------------------------------------------------------------------------------
+
+def test_forged_and_stale_signatures_are_rejected(bot: Bot, slack: SlackClientSide) -> None:
+    before = count_executions(bot)
+    status, _, _ = slack.command("run slack-quick note=forged", ALICE, secret="not-the-secret")
+    assert status == 401
+    status, _, _ = slack.command("run slack-quick note=stale", ALICE,
+                                 timestamp=int(time.time()) - 600)
+    assert status == 401
+    assert count_executions(bot) == before
+
+
+# --- approvals through buttons ------------------------------------------------------------------
+
+def test_two_person_approval_progress_and_summary(bot: Bot, slack: SlackClientSide,
+                                                  fake: FakeSlack) -> None:
+    status, _, elapsed = slack.command('run slack-check note="GPU 3 on gpu02"', ALICE)
+    assert status == 200 and elapsed < 3
+    execution_id = fake.wait(lambda: latest_execution(bot, "slack-check"))
+    value = value_of(fake, execution_id)
+    plan = root(fake, execution_id)["args"]
+    assert "awaiting approval" in plan["text"]
+    shown = str(plan["blocks"])
+    assert "Operations" in shown and "Locks" in shown and "expires at" in shown
+
+    slack.click("approve", value, ALICE)  # the requester
+    fake.wait(lambda: any("may not approve" in t for t in ephemerals(fake, ALICE)),
+              message="self-approval refused")
+    slack.click("approve", value, BOB)  # on call, not a gpu lead
+    fake.wait(lambda: any("may not approve" in t for t in ephemerals(fake, BOB)),
+              message="an unauthorised approver refused")
+    assert bot.approvals(execution_id) == []
+
+    slack.click("approve", value, CAROL)
+    fake.wait(lambda: bot.approvals(execution_id) == ["carol"], message="carol's approval")
+    slack.click("approve", value, DAVE)
+    wait_state(bot, execution_id, "running")
+
+    # A long step runs (it waits for a person): commands are still acknowledged at once.
+    for _ in range(5):
+        status, _, elapsed = slack.command(f"status {execution_id}", BOB)
+        assert status == 200 and elapsed < 3
+    confirm = fake.wait(lambda: [c for c in fake.calls("chat.postMessage")
+                                 if "Is the GPU replaced?" in str(c["args"].get("text"))],
+                        message="the question posted in the thread")[0]
+    assert confirm["args"]["thread_ts"] == root_ts(fake, execution_id)
+    slack.click("confirm_yes", f"{execution_id}:ask", ALICE)
+    wait_state(bot, execution_id, "succeeded")
+
+    final = root_text(fake, execution_id, "succeeded")
+    assert f"execution {execution_id}" in final
+    summary = fake.wait(lambda: [t for t in thread(fake, execution_id) if "ended" in t],
+                        message="the final summary")[0]
+    assert "succeeded" in summary and f"runbook show {execution_id}" in summary
+    lines = "\n".join(thread(fake, execution_id))
+    assert "starting: GPU 3 on gpu02" in lines and "step end: done" in lines
+    assert audit.verify(bot.engine).ok
+
+
+def test_deny_from_a_button(bot: Bot, slack: SlackClientSide, fake: FakeSlack) -> None:
+    slack.command("run slack-check note=deny-me", ALICE)
+    execution_id = fake.wait(lambda: (n := latest_execution(bot, "slack-check"))
+                             and bot.get(n).params.get("note") == "deny-me" and n)
+    slack.click("deny", value_of(fake, execution_id), DAVE)
+    wait_state(bot, execution_id, "denied")
+    assert "denied" in root_text(fake, execution_id, "denied")
+    with bot.engine.connect() as conn:
+        kinds = [e["kind"] for e in audit.events(conn, execution_id=execution_id)]
+    assert "step_started" not in kinds
+
+
+def test_expired_approval_is_refused(bot: Bot, slack: SlackClientSide, fake: FakeSlack) -> None:
+    slack.command("run slack-quick note=too-late", ALICE)
+    execution_id = fake.wait(lambda: (n := latest_execution(bot, "slack-quick"))
+                             and bot.get(n).params.get("note") == "too-late" and n)
+    value = value_of(fake, execution_id)
+    time.sleep(2.5)
+    slack.click("approve", value, CAROL)
+    fake.wait(lambda: any("expired" in t for t in ephemerals(fake, CAROL)),
+              message="the approval refused as expired")
+    assert bot.get(execution_id).state == "expired"
+    root_text(fake, execution_id, "expired")
+
+
+def test_cancel_a_running_execution(bot: Bot, slack: SlackClientSide, fake: FakeSlack) -> None:
+    slack.command("run slack-check note=cancel-me", ALICE)
+    execution_id = fake.wait(lambda: (n := latest_execution(bot, "slack-check"))
+                             and bot.get(n).params.get("note") == "cancel-me" and n)
+    value = value_of(fake, execution_id)
+    slack.click("approve", value, CAROL)
+    slack.click("approve", value, DAVE)
+    wait_state(bot, execution_id, "running")
+    slack.click("cancel", str(execution_id), ALICE)
+    wait_state(bot, execution_id, "cancelled")
+    root_text(fake, execution_id, "cancelled")
+
+
+# --- delivery -----------------------------------------------------------------------------------
+
+def test_a_redelivered_command_runs_once(bot: Bot, slack: SlackClientSide,
+                                         fake: FakeSlack) -> None:
+    before = count_executions(bot)
+    body = slack.command_body("run slack-quick note=once", ALICE, trigger_id="trigger-once-1")
+    first = slack.post(body)
+    again = slack.post(body, headers={"X-Slack-Retry-Num": "1",
+                                      "X-Slack-Retry-Reason": "http_timeout"})
+    assert first[0] == 200 and again[0] == 200
+    fake.wait(lambda: count_executions(bot) > before, message="the request recorded")
+    time.sleep(0.5)
+    assert count_executions(bot) == before + 1
+
+
+def test_a_429_from_slack_is_retried(bot: Bot, slack: SlackClientSide, fake: FakeSlack) -> None:
+    fake.ratelimit(1, retry_after=1, method="chat.postMessage")
+    slack.command("run slack-quick note=rate-limited", ALICE)
+    execution_id = fake.wait(lambda: (n := latest_execution(bot, "slack-quick"))
+                             and bot.get(n).params.get("note") == "rate-limited" and n)
+    root(fake, execution_id)  # posted in the end
+    statuses = [c.get("status") for c in fake.calls("chat.postMessage")]
+    assert 429 in statuses
+
+
+def test_secrets_never_reach_the_audit_log(lab: Lab, bot: Bot, slack: SlackClientSide) -> None:
+    with bot.engine.connect() as conn:
+        exported = str(list(audit.events(conn)))
+    for secret in slack_secrets(lab).values():
+        assert secret not in exported
