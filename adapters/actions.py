@@ -85,6 +85,9 @@ class ActionContext:
     deadline: float
     fencing_token: int = 0
     progress: Callable[[str], None] = lambda line: None
+    # True once someone asked to cancel the execution: actions that wait for a long time
+    # (for a person, say) stop waiting; the engine then undoes what was done.
+    cancelled: Callable[[], bool] = lambda: False
 
     def remaining(self) -> float:
         """Seconds left before the deadline (never negative)."""

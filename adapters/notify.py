@@ -76,5 +76,7 @@ class ConfirmAction:
                                       + (f": {note}" if note else ""))
                 return ActionResult(summary=f"confirmed by {who}", details={"by": who,
                                                                             "note": note})
+            if ctx.cancelled():
+                raise ActionError(f"cancelled while waiting for an answer to {args.question!r}")
             ctx.check_deadline(f"waiting for an answer to {args.question!r}")
             self._sleep(min(args.poll, max(0.05, ctx.remaining())))

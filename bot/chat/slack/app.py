@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
-from slack_bolt import App, BoltResponse
+from slack_bolt import App
 
 from bot.chat import commands
 from bot.chat.slack import deliveries
@@ -83,10 +83,15 @@ class Listeners:
             return "", f"unknown button {name[:40]!r}"
         return lines[name], None
 
-    def _guard(self, work: Callable[..., None], *args: Any) -> None:
-        """Work runs after the acknowledgement: log a failure, never lose it silently."""
+    def _guard(self, work: Callable[..., None], body: dict[str, Any], *args: Any) -> None:
+        """After the acknowledgement: act once per delivery, and log a failure, never lose
+        it silently. (The redelivery check reads the database, so it stays off the ack path.)"""
         try:
-            work(*args)
+            key = deliveries.key_of(body)
+            if key is not None and not deliveries.first_time(self.bot.engine, key):
+                log.info("ignored a redelivered Slack request (%s)", key.partition(":")[0])
+                return
+            work(body, *args)
         except Exception:
             log.exception("Slack request failed after it was acknowledged")
 
@@ -100,15 +105,6 @@ def build_app(bot: Bot, secrets: SlackSecrets, client: Any, listeners: Listeners
         listener_executor=ThreadPoolExecutor(ACK_THREADS, thread_name_prefix="slack-ack"),
         logger=log,
     )
-
-    @app.middleware
-    def once(body: dict[str, Any], next: Callable[[], None]) -> BoltResponse | None:
-        key = deliveries.key_of(body)
-        if key is not None and not deliveries.first_time(bot.engine, key):
-            log.info("ignored a redelivered Slack request (%s)", key.partition(":")[0])
-            return BoltResponse(status=200, body="")
-        next()
-        return None
 
     app.command("/runbook")(listeners.command)
     for action_id in ("approve", "deny", "cancel", "run_proposal", "dismiss_proposal",

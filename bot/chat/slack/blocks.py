@@ -67,6 +67,9 @@ def capacity_lines(plan: Plan) -> list[str]:
     lines = [f"• {c.name}: " + ", ".join(f"{k} {v}" for k, v in c.spec.items()) for c in guards]
     if plan.break_glass:
         lines.append("• break-glass: the capacity guard is overridden (one extra approval)")
+    if plan.outside_window:
+        lines.append("• outside a maintenance window: the runbook requires one, so this "
+                     "needs one extra (break-glass) approval")
     return lines or ["• no capacity guard in this runbook"]
 
 

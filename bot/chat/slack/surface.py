@@ -79,8 +79,10 @@ class SlackSurface:
     def _socket(self, stop: threading.Event) -> None:
         from slack_bolt.adapter.socket_mode import SocketModeHandler
 
+        # a larger receive buffer: the built-in client fails on messages over ~1 MB with
+        # its default of 1 KiB (RecursionError)
         handler = SocketModeHandler(self.app, app_token=self.secrets.app_token,
-                                    web_client=self.client)
+                                    web_client=self.client, receive_buffer_size=65536)
         handler.connect()  # type: ignore[no-untyped-call]
         log.info("Slack Socket Mode connected")
         try:

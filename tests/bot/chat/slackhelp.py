@@ -50,12 +50,18 @@ class FakeSlack:
         return list(found["calls"] if isinstance(found, dict) else found)
 
     def reset(self) -> None:
-        self._call("DELETE", "/_lab/calls")
-        self._call("DELETE", "/_lab/faults")
+        self._call("POST", "/_lab/reset", {})
 
     def ratelimit(self, count: int, retry_after: int = 1, method: str | None = None) -> None:
         self._call("POST", "/_lab/faults",
                    {"ratelimit": count, "retry_after": retry_after, "method": method})
+
+    def response_url(self, kind: str, payload: dict[str, Any]) -> str:
+        """A response_url the fake issued, as Slack issues one per command."""
+        return str(self._call("POST", "/_lab/responses", {"type": kind, "payload": payload})["url"])
+
+    def responses(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/_lab/responses"))
 
     def socket_send(self, kind: str, payload: dict[str, Any],
                     envelope_id: str | None = None) -> str:
@@ -89,7 +95,7 @@ class SlackClientSide:
 
     events_url: str
     secret: str
-    response_url: str
+    fake: FakeSlack
 
     def post(self, body: str, *, timestamp: int | None = None, secret: str | None = None,
              headers: dict[str, str] | None = None) -> tuple[int, str, float]:
@@ -110,13 +116,14 @@ class SlackClientSide:
             return exc.code, exc.read().decode(), time.perf_counter() - started
 
     def command_body(self, text: str, user: str, trigger_id: str | None = None) -> str:
-        return urllib.parse.urlencode({
+        fields = {
             "token": "unused", "team_id": "T0LAB", "team_domain": "lab",
             "channel_id": "C0RUNBOOK", "channel_name": "gpu-ops", "user_id": user,
             "user_name": user.lower(), "command": "/runbook", "text": text,
-            "api_app_id": "A0LAB", "response_url": f"{self.response_url}/{uuid.uuid4().hex}",
-            "trigger_id": trigger_id or f"trigger-{uuid.uuid4().hex}",
-        })
+            "api_app_id": "A0LAB", "trigger_id": trigger_id or f"trigger-{uuid.uuid4().hex}",
+        }
+        fields["response_url"] = self.fake.response_url("slash_commands", fields)
+        return urllib.parse.urlencode(fields)
 
     def command(self, text: str, user: str, **kwargs: Any) -> tuple[int, str, float]:
         return self.post(self.command_body(text, user), **kwargs)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -87,8 +88,7 @@ def fake(lab: Lab) -> FakeSlack:
 def slack(lab: Lab, bot: Bot, fake: FakeSlack) -> Iterator[SlackClientSide]:
     fake.reset()
     with serving(bot, slack_secrets(lab)) as (_, base):
-        yield SlackClientSide(base + "/slack/events", lab.env["SLACK_SIGNING_SECRET"],
-                              lab["slack"]["url"] + "/_lab/response")
+        yield SlackClientSide(base + "/slack/events", lab.env["SLACK_SIGNING_SECRET"], fake)
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -181,6 +181,11 @@ def test_two_person_approval_progress_and_summary(bot: Bot, slack: SlackClientSi
     status, _, elapsed = slack.command('run slack-check note="GPU 3 on gpu02"', ALICE)
     assert status == 200 and elapsed < 3
     execution_id = fake.wait(lambda: latest_execution(bot, "slack-check"))
+    reply = fake.wait(lambda: [p["body"] for r in fake.responses() for p in r["posts"]
+                               if f"execution {execution_id}:" in str(p["body"])
+                               and not p.get("refused")],
+                      message="the answer to the command at its response_url")[0]
+    assert "waiting for approval" in str(reply) and "ephemeral" in str(reply)
     value = value_of(fake, execution_id)
     plan = root(fake, execution_id)["args"]
     assert "awaiting approval" in plan["text"]
@@ -219,6 +224,33 @@ def test_two_person_approval_progress_and_summary(bot: Bot, slack: SlackClientSi
     lines = "\n".join(thread(fake, execution_id))
     assert "starting: GPU 3 on gpu02" in lines and "step end: done" in lines
     assert audit.verify(bot.engine).ok
+
+
+def test_drain_node_from_slash_command_to_summary(lab: Lab, bot: Bot, slack: SlackClientSide,
+                                                 fake: FakeSlack) -> None:
+    """The issue's end to end: /runbook run drain-node, approval by button, the final summary,
+    every Slack call recorded by the fake, the audit log verifying, Slurm really drained."""
+    try:
+        status, _, _ = slack.command('run drain-node node=gpu04 reason="XID 79 on GPU 3"', ALICE)
+        assert status == 200
+        execution_id = fake.wait(lambda: latest_execution(bot, "drain-node"))
+        assert bot.get(execution_id).requested_by == "alice"
+        shown = str(root(fake, execution_id)["args"]["blocks"])
+        assert "scontrol" in shown or "drain" in shown
+        assert "capacity stays above the floor" in shown and "node:gpu04" in shown
+        slack.click("approve", value_of(fake, execution_id), CAROL)
+        wait_state(bot, execution_id, "succeeded", seconds=120)
+        summary = fake.wait(lambda: [t for t in thread(fake, execution_id) if "ended" in t],
+                            message="the final summary")[0]
+        assert "succeeded" in summary and "the node is drained in Slurm" in summary
+        root_text(fake, execution_id, "succeeded")
+        drained = lab.run("scontrol", "show", "node", "gpu04", "-o").stdout
+        assert "DRAIN" in drained and "XID 79 on GPU 3" in drained
+        assert audit.verify(bot.engine).ok
+        methods = {c["method"] for c in fake.calls()}
+        assert {"auth.test", "chat.postMessage", "chat.update", "chat.postEphemeral"} <= methods
+    finally:
+        lab.run("scontrol", "update", "NodeName=gpu04", "State=RESUME")
 
 
 def test_deny_from_a_button(bot: Bot, slack: SlackClientSide, fake: FakeSlack) -> None:
@@ -289,3 +321,72 @@ def test_secrets_never_reach_the_audit_log(lab: Lab, bot: Bot, slack: SlackClien
         exported = str(list(audit.events(conn)))
     for secret in slack_secrets(lab).values():
         assert secret not in exported
+
+
+# --- proposals ----------------------------------------------------------------------------------
+
+def test_an_alert_proposal_comes_with_run_and_dismiss(bot: Bot, slack: SlackClientSide,
+                                                      fake: FakeSlack) -> None:
+    from bot import proposing
+
+    def alert(node: str, fingerprint: str) -> dict[str, Any]:
+        return {"status": "firing", "fingerprint": fingerprint,
+                "labels": {"alertname": "GpuTemperatureHigh", "node": node, "gpu": "2"},
+                "annotations": {}, "startsAt": "2026-11-30T10:00:00Z",
+                "endsAt": "0001-01-01T00:00:00Z", "generatorURL": ""}
+
+    payload = {"version": "4", "status": "firing", "receiver": "bot", "groupKey": "{}:{}",
+               "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
+               "externalURL": "http://alertmanager",
+               "alerts": [alert("gpu03", "slack-a"), alert("gpu04", "slack-b")]}
+    touched = proposing.receive(bot, proposing.parse(json.dumps(payload).encode()))
+    first, second = sorted(touched, key=lambda p: p.id)
+
+    def posted(proposal_id: int) -> dict[str, Any]:
+        return dict(fake.wait(lambda: next(
+            (c for c in fake.calls("chat.postMessage")
+             if f"(proposal {proposal_id}," in str(c["args"].get("blocks"))), None),
+            message=f"proposal {proposal_id} posted"))
+
+    message = posted(first.id)
+    buttons = [e["action_id"] for b in message["args"]["blocks"] if b["type"] == "actions"
+               for e in b["elements"]]
+    assert buttons == ["run_proposal", "dismiss_proposal"]
+    slack.click("dismiss_proposal", str(first.id), CAROL)
+    fake.wait(lambda: proposing.get(bot, first.id).state == "dismissed", message="dismissed")
+    ts = message["response"]["ts"]
+    fake.wait(lambda: any(c["args"].get("ts") == ts and "dismissed" in str(c["args"]["blocks"])
+                          for c in fake.calls("chat.update")), message="the buttons replaced")
+
+    posted(second.id)
+    slack.click("run_proposal", str(second.id), ALICE)
+    fake.wait(lambda: proposing.get(bot, second.id).state == "started", message="run")
+    execution_id = proposing.get(bot, second.id).execution_id
+    assert execution_id is not None and bot.get(execution_id).requested_by == "alice"
+    root(fake, execution_id)  # the requested run is posted for approval
+    bot.cancel(execution_id, "alice")
+
+
+# --- Socket Mode ------------------------------------------------------------------------------
+
+def test_socket_mode_runs_a_command_once(lab: Lab, bot: Bot, fake: FakeSlack,
+                                         slack: SlackClientSide) -> None:
+    before = count_executions(bot)
+    with serving(bot, slack_secrets(lab, socket=True)):
+        fake.wait(lambda: fake.socket_clients() > 0, message="a Socket Mode connection")
+        command = {"command": "/runbook", "text": "run slack-quick note=socket",
+                   "user_id": ALICE, "user_name": "alice", "channel_id": "C0RUNBOOK",
+                   "team_id": "T0LAB", "api_app_id": "A0LAB", "trigger_id": "trigger-socket-1",
+                   }
+        command["response_url"] = fake.response_url("slash_commands", command)
+        envelope = fake.socket_send("slash_commands", command)
+        fake.wait(lambda: any(a["envelope_id"] == envelope for a in fake.socket_acks()),
+                  message="the envelope acknowledged")
+        fake.wait(lambda: count_executions(bot) == before + 1, message="the run requested")
+        fake.socket_send("slash_commands", command, envelope_id=envelope)  # redelivered
+        fake.wait(lambda: sum(a["envelope_id"] == envelope for a in fake.socket_acks()) == 2,
+                  message="the redelivery acknowledged")
+        time.sleep(0.5)
+    assert count_executions(bot) == before + 1
+    execution_id = latest_execution(bot, "slack-quick")
+    assert bot.get(execution_id).requested_by == "alice"
