@@ -1,4 +1,5 @@
-"""`python3 -m kubeapi --port N [--state FILE] [--faults DIR] [--log FILE] [--nodes a,b]`."""
+"""`python3 -m kubeapi --port N [--state FILE] [--faults DIR] [--log FILE] [--audit-log FILE]
+[--nodes a,b]`."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from .audit import RequestLog
 from .cluster import Cluster, Timing
 from .controllers import ControllerLoop
 from .faults import FaultSwitch
@@ -25,6 +27,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    "else the pool is seeded; written while running")
     p.add_argument("--faults", type=Path, help="lab faults folder ($LAB/faults)")
     p.add_argument("--log", type=Path, help="request log file (default: stderr)")
+    p.add_argument("--audit-log", type=Path, help="append one JSON line per request with its "
+                   "RBAC attributes (verb, apiGroup, resource, ..., user agent) to this file")
     p.add_argument("--nodes", default="gpu05,gpu06,gpu07,gpu08", help="seeded GPU nodes")
     p.add_argument("--driver", default="535.161.08", help="seeded driver version")
     p.add_argument("--pod-ready", type=float, default=Timing.pod_ready,
@@ -49,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.store.load(json.loads(args.state.read_text()))
     else:
         seed(cluster, [n for n in args.nodes.split(",") if n], args.driver)
-    server = ApiServer((args.host, args.port), cluster, FaultSwitch(args.faults))
+    request_log = RequestLog(args.audit_log) if args.audit_log else None
+    server = ApiServer((args.host, args.port), cluster, FaultSwitch(args.faults), request_log)
     loop = ControllerLoop(cluster)
     loop.start()
 
@@ -65,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         loop.stopping.set()
         server.server_close()
+        if request_log is not None:
+            request_log.close()
         cluster.store.dirty = True
         cluster.store.save()
     return 0

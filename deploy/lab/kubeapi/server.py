@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from . import errors, policy, resources, tables
+from .audit import RequestLog
 from .cluster import Cluster
 from .errors import ApiError, Obj, status_body
 from .faults import FaultSwitch
@@ -37,10 +38,12 @@ class ApiServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], cluster: Cluster, switch: FaultSwitch) -> None:
+    def __init__(self, address: tuple[str, int], cluster: Cluster, switch: FaultSwitch,
+                 request_log: RequestLog | None = None) -> None:
         super().__init__(address, Handler)
         self.cluster = cluster
         self.switch = switch
+        self.request_log = request_log  # --audit-log: one JSON line per request
         self.closing = False
 
 
@@ -77,6 +80,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(500, errors.internal(str(exc)).body())
         log.info("%s %s %s %.0fms", self.command, self.path, self.code or "-",
                  (time.monotonic() - began) * 1000)
+        if self.server.request_log is not None:
+            self.server.request_log.record(self.command, self.path,
+                                           self.headers.get("User-Agent", ""), self.code)
 
     def check_fault(self) -> None:
         if self.headers.get(PROBE_HEADER):
