@@ -11,7 +11,7 @@ LAB := deploy/lab/lab
 # PostgreSQL for the store's tests; the lab installs its own packages (Slurm, MariaDB...).
 DEBIAN_PACKAGES := postgresql
 
-.PHONY: demo test lint unit bench deps venv lab-up lab-down clean
+.PHONY: demo test lint unit bench deps venv lab-up lab-down clean image
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -45,7 +45,7 @@ test: deps venv lint
 	$(BIN)/pytest -q
 
 unit: venv
-	$(BIN)/pytest -q -m "not lab and not postgres"
+	$(BIN)/pytest -q -m "not lab and not postgres and not image"
 
 bench: venv
 	$(BIN)/python bench/engine_overhead.py
@@ -54,7 +54,12 @@ bench: venv
 	$(BIN)/python bench/slurm_batch.py
 	$(BIN)/python bench/alert_webhook.py
 	$(BIN)/python bench/k8s_drain.py
-	$(LAB) up && eval "$$($(LAB) env)" && $(BIN)/python bench/node_view.py
+	$(LAB) up && eval "$$($(LAB) env)" && $(BIN)/python bench/node_view.py && $(BIN)/python bench/slack_ack.py
+	$(LAB) up && eval "$$($(LAB) env)" && $(BIN)/python bench/failover.py
+
+# The container image (podman; the base image is made locally from Debian's packages).
+image: venv
+	deploy/image/build
 
 demo: venv
 	bash deploy/demo.sh

@@ -72,6 +72,10 @@ def assemble(config: Config, engine: Engine) -> Assembly:
         alertmanager = HttpAlertmanagerBackend(config.alertmanager)
         actions.extend(AlertmanagerActions(config.alertmanager, alertmanager).all())
         evaluators["alerts"] = AlertsEvaluator(alertmanager, prometheus)
+    if slurm_backend is not None:
+        from adapters.reports import GpuUsageReportAction
+
+        actions.append(GpuUsageReportAction(slurm_backend, prometheus))
     inventory = build(config.inventory, sources)
     if slurm_backend is not None or k8s_backend is not None:
         from bot.capacity import CapacityEvaluator

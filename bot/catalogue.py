@@ -22,6 +22,7 @@ from adapters.kubernetes.actions import ACTION_CLASSES as KUBERNETES_ACTIONS
 from adapters.mariadb import DumpAction, RestoreAction
 from adapters.notify import ConfirmAction, Confirmations, NotifyAction
 from adapters.prometheus.actions import ACTION_CLASSES as PROMETHEUS_ACTIONS
+from adapters.reports import GpuUsageReportAction
 from adapters.slurm.actions import ACTION_CLASSES as SLURM_ACTIONS
 from adapters.slurm.health import HealthCheckAction
 from adapters.slurm.rolling import DriverRolloutAction
@@ -35,6 +36,7 @@ _SHIPPED: list[tuple[Any, str]] = [
     (DumpAction, "mariadb"),
     (RestoreAction, "mariadb"),
     *((cls, "slurm") for cls in (*SLURM_ACTIONS, HealthCheckAction, DriverRolloutAction)),
+    (GpuUsageReportAction, "slurm"),  # and prometheus for its idle-GPU part
     *((cls, "kubernetes") for cls in KUBERNETES_ACTIONS),
     *((cls, "etcd") for cls in ETCD_ACTIONS),
     *((cls, "prometheus") for cls in PROMETHEUS_ACTIONS),

@@ -107,6 +107,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
     p = add("engine", "drive approved and interrupted executions (the worker)")
     p.add_argument("--once", action="store_true", help="return when nothing is left to run")
+    p = add("schedule", 'run a runbook later: add NAME key=value... cron="0 2 * * SAT"|'
+                        'at="2026-12-05 02:00" [tz=ZONE] [approve=ahead]; list [all]; '
+                        "show|approve|pause|resume|remove ID")
+    p.add_argument("words", nargs="+", metavar="WORD")
+    p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+    p = add("window", 'maintenance windows: create NODES start=... duration=... '
+                      '[runbooks="NAME k=v; ..."] [reason=...]; list [all]; '
+                      "show|approve|open|cancel ID")
+    p.add_argument("words", nargs="+", metavar="WORD")
+    p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+    p.add_argument("--wait", action="store_true",
+                   help="open/cancel: drive the window's executions here until it is open "
+                        "with its runbooks done, or closed")
     return parser
 
 
@@ -436,6 +449,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     slack = _slack_surface(bot)
     routes = dict(slack.routes()) if slack else {}
     tasks = list(slack.tasks()) if slack else []
+    from bot.scheduler import scheduler_task  # schedules and windows: the leader fires them
+
+    tasks.append(scheduler_task(bot, lambda line: print(f"[scheduler] {line}", flush=True)))
     report = _report
     if slack is not None:
         surface = slack
@@ -541,6 +557,56 @@ def cmd_proposal(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_scheduled(args: argparse.Namespace, noun: str) -> int:
+    """``runbook schedule ...`` and ``runbook window ...``: the chat grammar's verbs."""
+    from bot.chat import scheduled
+
+    bot = _bot(args)
+    bot.runbooks()
+    user = _user(args, bot)
+    words = list(args.words)
+    if noun == "schedule":
+        reply = scheduled.schedule(bot, words, user, source="cli")
+    else:
+        reply = scheduled.window(bot, words, user)
+    print(reply.text, file=sys.stdout if reply.ok else sys.stderr)
+    if not reply.ok:
+        return EXIT_BAD_INPUT
+    if (noun == "window" and args.wait and len(words) == 2 and words[0] in ("open", "cancel")
+            and words[1].isdigit()):
+        return _follow_window(bot, int(words[1]))
+    return EXIT_OK
+
+
+def _follow_window(bot: Bot, window_id: int) -> int:
+    """Drive a window's executions here until it is open with its runbooks done, or ended."""
+    from bot import windows
+    from bot.engine import Engine
+
+    engine = Engine(bot, report=_report)
+    waiting_said = False
+    try:
+        while True:
+            for note in windows.advance(bot, window_id):
+                print(f"[window {window_id}] {note}", flush=True)
+            engine.run_pending(once=True)
+            window = windows.get(bot, window_id)
+            if window.state in windows.ENDED or (
+                    window.state == windows.OPEN and windows.inside_done(window)):
+                break
+            if not waiting_said and window.open_execution_id and bot.get(
+                    window.open_execution_id).state == "awaiting_approval":
+                print(f"[window {window_id}] waiting for approval of execution "
+                      f"{window.open_execution_id} (runbook approve "
+                      f"{window.open_execution_id})", flush=True)
+                waiting_said = True
+            engine.sleep(bot.config.engine.poll_seconds)
+    finally:
+        engine.close()
+    print(windows.show_text(bot, window))
+    return EXIT_OK if window.state in (windows.OPEN, windows.CLOSED) else EXIT_FAILED
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": cmd_list,
     "describe": cmd_describe,
@@ -564,6 +630,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "node": cmd_node,
     "chat": cmd_chat,
     "proposal": cmd_proposal,
+    "schedule": lambda a: cmd_scheduled(a, "schedule"),
+    "window": lambda a: cmd_scheduled(a, "window"),
 }
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ import os
 import sys
 from pathlib import Path
 from typing import Literal
-from typing import Literal
 
 import yaml
 from pydantic import (

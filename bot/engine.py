@@ -63,6 +63,7 @@ class Engine:
         self._guard = threading.Lock()
         self._beat = threading.Event()
         self._heart: threading.Thread | None = None
+        self._handing_over = threading.Event()  # stop at the next boundary (run_pending)
 
     # --- claiming and the heartbeat ------------------------------------------------
 
@@ -311,7 +312,9 @@ class Engine:
             call = PlannedCall(step.action, step.args, step.operations)
             error = self._call(ex, step, call, "do", position, done.attempt if done else 0)
             if error is not None:
-                return f"step {step.id} failed: {error}"
+                # a step that stopped because of a cancel request ends as a cancel
+                return "cancelled" if self._cancel_requested(ex) else (
+                    f"step {step.id} failed: {error}")
         return None
 
     def _states(self, ex: Execution) -> dict[tuple[str, str], executions.StepState]:
@@ -366,6 +369,7 @@ class Engine:
             execution_id=ex.id, step_id=step.id, deadline=time.monotonic() + timeout,
             fencing_token=ex.fencing_token,
             progress=lambda line: self.report(ex.id, f"step {step.id}: {line}"),
+            cancelled=lambda: self._cancel_requested(ex),
         )
         box: dict[str, Any] = {}
 
@@ -463,6 +467,9 @@ class Engine:
             lost = ex.id in self._lost
         if lost:
             raise _Stop(f"execution {ex.id}: another engine took it over (lease lost)")
+        if self._handing_over.is_set():
+            raise _Stop(f"execution {ex.id}: this engine stopped (no longer the leader, or "
+                        "shutting down); another engine resumes it here")
         with self.bot.engine.connect() as conn:
             holds = locking.holds(conn, ex.id, ex.fencing_token, len(ex.plan.locks))
         if not holds and not cancelling:
@@ -494,11 +501,15 @@ class Engine:
             )
             return [(row.id, row.state) for row in rows]
 
-    def run_pending(self, *, once: bool = False, stop: threading.Event | None = None) -> None:
+    def run_pending(self, *, once: bool = False, stop: threading.Event | None = None,
+                    hand_over: bool = False) -> None:
         """Drive runnable executions, each in its own thread (at most engine.max_parallel).
 
         Requests still waiting for approval are only checked for expiry here; they
-        start once approved. With ``once``, return when nothing is left to run.
+        start once approved. With ``once``, return when nothing is left to run. With
+        ``hand_over``, ``stop`` also stops the executions being driven at their next step
+        boundary (a step under way finishes first) and lets them go for another engine
+        (`runbook serve` losing the leadership); without it they are driven to their end.
         """
         stop = stop or threading.Event()
         workers: dict[int, threading.Thread] = {}
@@ -524,6 +535,8 @@ class Engine:
                                                 for _, s in self.runnable()):
                 return
             stop.wait(self.bot.config.engine.poll_seconds)
+        if hand_over:
+            self._handing_over.set()
         for worker in workers.values():
             worker.join()
 

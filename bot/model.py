@@ -172,6 +172,8 @@ class Runbook(Strict):
     post_checks: list[CheckSpec] = Field(default_factory=list)
     resume: Literal["auto", "manual"] = "auto"
     on_failure: Literal["undo", "leave"] = "undo"
+    # required: outside an open maintenance window covering its nodes, one more approval
+    windows: Literal["required"] | None = None
 
     @field_validator("name")
     @classmethod

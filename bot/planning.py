@@ -94,11 +94,15 @@ class Plan:
     post_checks: list[PlannedCheck]
     on_failure: str
     break_glass: bool = False  # the capacity guard is overridden, for one extra approval
+    # windows: required, and no open maintenance window covers the nodes: one extra approval
+    outside_window: bool = False
     hash: str = field(default="", compare=False)
 
     def body(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("hash")
+        if not data["outside_window"]:  # absent unless set: other plans keep their hashes
+            data.pop("outside_window")
         return data
 
     def to_json(self) -> str:
@@ -161,6 +165,16 @@ def with_break_glass(plan: Plan) -> Plan:
     """The same plan with the capacity guard overridden: one more approval is needed."""
     policy = plan.approval
     data = {**plan.__dict__, "break_glass": True,
+            "approval": ApprovalPolicy(policy.required + 1, policy.approvers,
+                                       policy.self_approval, policy.expires_seconds)}
+    return _with_hash(Plan(**data))
+
+
+def with_outside_window(plan: Plan) -> Plan:
+    """The same plan made outside a maintenance window its runbook requires: one more
+    approval (the break-glass rule of ``windows: required``; the capacity guard stays)."""
+    policy = plan.approval
+    data = {**plan.__dict__, "outside_window": True,
             "approval": ApprovalPolicy(policy.required + 1, policy.approvers,
                                        policy.self_approval, policy.expires_seconds)}
     return _with_hash(Plan(**data))

@@ -18,7 +18,9 @@ def plan_text(plan: Plan) -> str:
         "parameters: " + params_text(plan.params),
         "locks: " + (", ".join(plan.locks) or "none"),
         "approval: " + plan.approval.describe()
-        + (" (break-glass: the capacity guard is overridden)" if plan.break_glass else ""),
+        + (" (break-glass: the capacity guard is overridden)" if plan.break_glass else "")
+        + (" (outside a maintenance window: the runbook requires one, so one more approval)"
+           if plan.outside_window else ""),
     ]
     lines += _checks("pre-checks", plan.pre_checks)
     lines.append("steps:")

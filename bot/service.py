@@ -13,25 +13,40 @@ from __future__ import annotations
 
 import difflib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 
+from adapters.slurm import hostlist
 from bot import audit, confirming, executions, locking, params, versions
 from bot.catalogue import Catalogue
 from bot.checks import Checks
 from bot.config import Config
 from bot.executions import Execution
 from bot.loading import LoadedRunbook, RunbookError, load_all
-from bot.planning import Plan, PlanError, make_plan, with_break_glass
+from bot.planning import Plan, PlanError, make_plan, with_break_glass, with_outside_window
 from bot.store import db
+from bot.store.schema import maintenance_windows
 
 
 class Refused(Exception):
     """The request cannot be done as asked; nothing was changed. The message says why."""
+
+
+@dataclass(frozen=True)
+class Preapproval:
+    """Approvals collected ahead of a run (on a schedule or a maintenance window), bound to
+    the hash of the plan the approvers saw. They count only when planning now gives that
+    same hash, and only for approvers the runbook's policy accepts (self-approval rules
+    included); otherwise the run waits for approval like any request."""
+
+    plan_hash: str
+    approvers: tuple[str, ...]
+    subject: str  # where they were collected: "schedule 3", "window 2"
 
 
 @dataclass
@@ -91,7 +106,10 @@ class Bot:
 
     # --- planning and requests ------------------------------------------------------
 
-    def plan(self, name: str, raw: Mapping[str, str], *, break_glass: bool = False) -> Plan:
+    def plan(self, name: str, raw: Mapping[str, str], *, break_glass: bool = False,
+             window: frozenset[str] | None = None) -> Plan:
+        """``window``: plan as if a maintenance window over these nodes were open (a
+        window plans the runbooks it will run inside itself)."""
         loaded = self.runbook(name)
         try:
             values = params.validate(loaded.runbook, raw, self.inventory)
@@ -99,7 +117,23 @@ class Bot:
                              self._audit_facts(loaded))
         except (params.ParamError, PlanError) as exc:
             raise Refused(f"{name}: {exc}") from exc
+        plan = self._guard_window(loaded, plan, window)
         return self._guard_capacity(name, plan, break_glass)
+
+    def _guard_window(self, loaded: LoadedRunbook, plan: Plan,
+                      window: frozenset[str] | None) -> Plan:
+        """``windows: required``: outside an open window over its nodes, one more approval."""
+        if loaded.runbook.windows != "required":
+            return plan
+        nodes = runbook_nodes(loaded, plan.params)
+        if window is not None and nodes <= window:
+            return plan
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa_select(maintenance_windows.c.nodes)
+                                .where(maintenance_windows.c.state == "open")).scalars().all()
+        if rows and nodes <= {n for hosts in rows for n in hostlist.expand(hosts)}:
+            return plan
+        return with_outside_window(plan)
 
     def _guard_capacity(self, name: str, plan: Plan, break_glass: bool) -> Plan:
         """Refuse a plan that would take the pool under its GPU floor, unless break-glass."""
@@ -123,14 +157,20 @@ class Bot:
             return {"previous_driver_version": audit.previous_driver_version(conn)}
 
     def request(self, name: str, raw: Mapping[str, str], user: str, source: str = "cli",
-                *, configured: bool = False, break_glass: bool = False) -> int:
+                *, configured: bool = False, break_glass: bool = False,
+                preapproved: Preapproval | None = None,
+                also: Callable[[Connection, int], None] | None = None) -> int:
         """Validate, plan and record a run request; returns the execution ID.
 
         ``configured``: the configuration itself asks (an alert rule with auto_run), so
         the requester need not be one of the configured requesters.
+        ``preapproved``: approvals collected ahead (schedules, windows); see Preapproval.
+        ``also``: runs inside the request's transaction with the new execution ID (a
+        schedule records its run there: recorded once with its execution, or not at all).
         """
+        extras = _Extras(preapproved, also)
         try:
-            return self._request(name, raw, user, source, configured, break_glass)
+            return self._request(name, raw, user, source, configured, break_glass, extras)
         except (Refused, locking.LockConflict, RunbookError) as exc:
             with self.engine.begin() as conn:
                 audit.append(conn, "refused", user, {
@@ -140,7 +180,7 @@ class Bot:
             raise Refused(str(exc)) from exc
 
     def _request(self, name: str, raw: Mapping[str, str], user: str, source: str,
-                 configured: bool, break_glass: bool) -> int:
+                 configured: bool, break_glass: bool, extras: _Extras) -> int:
         if not configured and not self.config.matches(user, self.config.requesters):
             raise Refused(f"{user} may not request runbooks (requesters: "
                           f"{', '.join(self.config.requesters)})")
@@ -149,15 +189,17 @@ class Bot:
         deadline = now + plan.approval.expires_seconds if plan.approval.required else None
         lock_until = max(now + self.config.engine.lock_ttl_seconds, (deadline or now) + 60)
         loaded = self.runbook(name)
+        args = (plan, loaded, user, source, now, deadline, lock_until, extras)
         try:
-            return self._record_request(plan, loaded, user, source, now, deadline, lock_until)
+            return self._record_request(*args)
         except IntegrityError:
             # Another request took one of the locks between our read and our write
             # (PostgreSQL); the second attempt sees it and refuses with its holder.
-            return self._record_request(plan, loaded, user, source, now, deadline, lock_until)
+            return self._record_request(*args)
 
     def _record_request(self, plan: Plan, loaded: LoadedRunbook, user: str, source: str,
-                        now: float, deadline: float | None, lock_until: float) -> int:
+                        now: float, deadline: float | None, lock_until: float,
+                        extras: _Extras) -> int:
         with self.engine.begin() as conn:
             execution_id = executions.create(conn, plan, user, loaded.runbook.resume, deadline)
             token = locking.acquire(conn, plan.locks, execution_id, user, lock_until, now)
@@ -169,10 +211,57 @@ class Bot:
             audit.append(conn, "planned", user, {
                 "plan_hash": plan.hash, "locks": plan.locks, "fencing_token": token,
                 "break_glass": plan.break_glass,
+                **({"outside_window": True} if plan.outside_window else {}),
                 "approval": plan.approval.describe(),
                 "operations": [op for s in plan.steps for op in s.operations],
             }, execution_id)
+            if extras.preapproved is not None:
+                self._apply_preapproval(conn, execution_id, plan, user, extras.preapproved)
+            if extras.also is not None:
+                extras.also(conn, execution_id)
         return execution_id
+
+    def _apply_preapproval(self, conn: Connection, execution_id: int, plan: Plan, user: str,
+                           ahead: Preapproval) -> None:
+        """Record approvals given ahead, when they bind to this very plan and the policy
+        accepts their authors; the execution is approved once there are enough."""
+        policy = plan.approval
+        if policy.required == 0:
+            return
+        if plan.hash != ahead.plan_hash:
+            audit.append(conn, "preapproval_voided", "bot", {
+                "subject": ahead.subject, "approved_plan_hash": ahead.plan_hash,
+                "plan_hash": plan.hash, "approvers": list(ahead.approvers),
+                "why": "the pre-approved plan no longer matches the plan made now: it does "
+                       "not run unattended and waits for approval like any request",
+            }, execution_id)
+            return
+        counted: list[str] = []
+        for approver in dict.fromkeys(ahead.approvers):
+            problem = self._may_approve(plan, approver, user)
+            if problem is not None:
+                audit.append(conn, "approval_refused", approver,
+                             {"reason": problem, "ahead": ahead.subject}, execution_id)
+                continue
+            executions.record_decision(conn, execution_id, approver, "approve", plan.hash,
+                                       f"approved ahead on {ahead.subject}")
+            counted.append(approver)
+            audit.append(conn, "approved", approver, {
+                "plan_hash": plan.hash, "approvals": len(counted), "required": policy.required,
+                "ahead": ahead.subject,
+            }, execution_id)
+        if len(counted) >= policy.required:
+            executions.set_fields(conn, execution_id, state="approved")
+
+    def _may_approve(self, plan: Plan, approver: str, requester: str) -> str | None:
+        """Why ``approver`` may not approve ``plan`` requested by ``requester``, or None."""
+        policy = plan.approval
+        if not self.config.matches(approver, policy.approvers):
+            return (f"{approver} may not approve {plan.runbook}: its approvers are "
+                    f"{', '.join(policy.approvers)}")
+        if approver == requester and not policy.self_approval:
+            return f"{approver} requested {plan.runbook} and may not approve it too"
+        return None
 
     # --- decisions ----------------------------------------------------------------------
 
@@ -298,6 +387,24 @@ class Bot:
         with self.engine.connect() as conn:
             ex = self._get(conn, execution_id)
             return executions.approvals_for(conn, ex.id, ex.plan_hash)
+
+
+@dataclass(frozen=True)
+class _Extras:
+    preapproved: Preapproval | None = None
+    also: Callable[[Connection, int], None] | None = None
+
+
+def runbook_nodes(loaded: LoadedRunbook, values: Mapping[str, Any]) -> set[str]:
+    """The nodes a request names: the values of its ``node`` and ``nodes`` parameters."""
+    found: set[str] = set()
+    for name, spec in loaded.runbook.params.items():
+        value = values.get(name)
+        if value and spec.type == "node":
+            found.add(str(value))
+        elif value and spec.type == "nodes":
+            found.update(hostlist.expand(str(value)))
+    return found
 
 
 def expire_if_due(conn: Connection, ex: Execution) -> bool:

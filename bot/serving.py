@@ -1,12 +1,15 @@
 """``runbook serve``: the bot's HTTP server and its engine.
 
     POST /alerts    Alertmanager's webhook (version 4) -> proposals
-    GET  /healthz   200 when the database answers
+    GET  /healthz   200 when the database answers (followers too); says whether this
+                    replica leads: {"status": "ok", "leader": false, "replica": ...}
     GET  /metrics   Prometheus metrics (executions, checks, approvals, proposals)
 
 Surfaces add POST routes (``Route``: Slack at /slack/events) and background tasks
 (``Task``). Tasks marked ``leader_only`` (the engine loop, the chat progress poster, the
-scheduler) run in one replica at a time; the others in every replica.
+scheduler) run in one replica at a time, the leader (bot.leadership): they start when
+this replica becomes the leader and are stopped when it stops being the leader. The
+others, and the HTTP server, run in every replica.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from sqlalchemy import func, select, text
 
 from bot import proposing
 from bot.engine import Engine, Reporter
+from bot.leadership import Elector, Leadership, make_elector
 from bot.service import Bot
 from bot.store.schema import audit_events, executions, proposals, step_states
 
@@ -104,8 +108,10 @@ class BotCollector:
         return histogram
 
 
-def make_handler(bot: Bot, routes: Mapping[str, Route] | None = None,
+def make_handler(bot: Bot, routes: Mapping[str, Route] | None = None, *,
+                 leadership: Callable[[], Mapping[str, Any]] | None = None,
                  ) -> type[BaseHTTPRequestHandler]:
+    """``leadership``: what /healthz adds about leader election (Leadership.status)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry()
@@ -137,7 +143,7 @@ def make_handler(bot: Bot, routes: Mapping[str, Route] | None = None,
                 except Exception as exc:
                     self._json(503, {"status": "unhealthy", "database": str(exc)[:200]})
                     return
-                self._json(200, {"status": "ok"})
+                self._json(200, {"status": "ok", **(leadership() if leadership else {})})
             elif self.path == "/metrics":
                 self._send(200, generate_latest(registry), "text/plain; version=0.0.4")
             else:
@@ -173,11 +179,18 @@ def make_handler(bot: Bot, routes: Mapping[str, Route] | None = None,
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    # Bursts of chat requests (20 at once is common when a channel reacts to an incident):
+    # the default listen backlog of 5 resets connections.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 def engine_task(bot: Bot, report: Reporter) -> Task:
     def run(stop: threading.Event) -> None:
         engine = Engine(bot, report=report)
         try:
-            engine.run_pending(stop=stop)
+            engine.run_pending(stop=stop, hand_over=True)
         finally:
             engine.close()
 
@@ -186,13 +199,28 @@ def engine_task(bot: Bot, report: Reporter) -> Task:
 
 def serve(bot: Bot, host: str, port: int, report: Reporter,
           stop: threading.Event | None = None, *, routes: Mapping[str, Route] | None = None,
-          tasks: Sequence[Task] = ()) -> None:
-    """Serve HTTP and run the engine and ``tasks`` until ``stop`` is set."""
+          tasks: Sequence[Task] = (), elector: Elector | None = None) -> None:
+    """Serve HTTP and run the engine and ``tasks`` until ``stop`` is set.
+
+    Leader-only tasks (the engine among them) run only while this replica leads
+    (``elector``: default from the configuration's ``leader_election``).
+    """
     stop = stop or threading.Event()
-    server = ThreadingHTTPServer((host, port), make_handler(bot, routes))
+    everything = [engine_task(bot, report), *tasks]
+    leadership = Leadership(
+        elector or make_elector(bot.config, bot.backends.get("kubernetes")),
+        [task for task in everything if task.leader_only],
+        retry_seconds=bot.config.leader_election.retry_seconds)
+    try:
+        server = Server((host, port), make_handler(bot, routes, leadership=leadership.status))
+    except BaseException:
+        leadership.elector.release()
+        raise
     server.daemon_threads = True
     threads = [threading.Thread(target=task.run, args=(stop,), daemon=True, name=task.name)
-               for task in [engine_task(bot, report), *tasks]]
+               for task in everything if not task.leader_only]
+    threads.append(threading.Thread(target=leadership.run, args=(stop,), daemon=True,
+                                    name="leader-election"))
     for thread in threads:
         thread.start()
     web = threading.Thread(target=server.serve_forever, daemon=True, name="http")
@@ -201,5 +229,6 @@ def serve(bot: Bot, host: str, port: int, report: Reporter,
         stop.wait()
     finally:
         server.shutdown()
+        server.server_close()
         for thread in threads:
             thread.join(timeout=30)

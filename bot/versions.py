@@ -9,12 +9,14 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, text
 
 from bot import audit
 from bot.loading import LoadedRunbook
 from bot.store.db import now_iso
 from bot.store.schema import runbook_versions
+
+_PG_VERSIONS_LOCK = 0x6772_7276  # advisory lock key: serialises recording on PostgreSQL
 
 
 class VersionConflict(Exception):
@@ -33,6 +35,10 @@ class Version:
 def record(conn: Connection, loaded: LoadedRunbook, actor: str) -> None:
     """Record name+version on first sight; refuse other content under a known version."""
     rb = loaded.runbook
+    if conn.dialect.name == "postgresql":
+        # Replicas starting together record the same versions: one at a time, or the
+        # second insert of a name+version fails with a duplicate key.
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_VERSIONS_LOCK})
     row = conn.execute(
         select(runbook_versions.c.content_hash, runbook_versions.c.first_seen).where(
             runbook_versions.c.name == rb.name, runbook_versions.c.version == rb.version

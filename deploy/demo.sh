@@ -3,9 +3,12 @@
 #  1. selftest with no configuration at all (what a fresh install checks first);
 #  2. the lab (real Slurm, MariaDB, slurmdbd, etcd, Prometheus, Alertmanager and the
 #     Kubernetes API fake): a drain approved by a second person, the node returned to
-#     service after its health check, a maintenance reservation opened and closed, the
-#     node view, and an XID alert becoming a swap-gpu proposal. Identities are the
-#     lab's users (--as).
+#     service after its health check, a maintenance reservation opened and closed, a
+#     maintenance window (reservation, cordon, silence, a runbook inside) opened and
+#     closed, the node view, an XID alert becoming a swap-gpu proposal, and a drain asked
+#     with /runbook and approved with the button in Slack (the lab's fake of Slack's Web API,
+#     signed requests to runbook serve). Identities are the lab's users (--as, Slack IDs);
+#  3. it ends in `runbook chat` (interactive at a terminal, a short script otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runbook=$PWD/.venv/bin/runbook
@@ -66,10 +69,31 @@ run_approved alice dave open-maintenance name=demo-window nodes="gpu[03-04]" dur
 scontrol show reservation demo-window
 run_approved alice "" close-maintenance name=demo-window
 
+step "a maintenance window on gpu[04-05]: created, approved ahead by carol, opened, closed"
+echo "A window opens at its start (the scheduler of 'runbook serve' fires it) and closes at its"
+echo "end. Rather than wait real minutes, this demo opens it now ('window open --wait') and"
+echo "closes it early ('window cancel --wait'): the same executions the scheduler would request."
+"$runbook" window create "gpu[04-05]" start=now duration=30m reason="demo window" \
+  runbooks="selftest message=inside-the-window" --as alice | tee "$demo_dir/window.log"
+wid=$(awk '/^window [0-9]+:/{sub(":", "", $2); print $2; exit}' "$demo_dir/window.log")
+"$runbook" window approve "$wid" --as carol
+"$runbook" window open "$wid" --wait --as alice
+echo "--- while it is open:"
+scontrol show reservation "window-$wid"
+"$runbook" node gpu05 | sed -n '1,3p'
+amtool --alertmanager.url="$ALERTMANAGER_URL" silence query
+"$runbook" window cancel "$wid" --wait --as alice
+echo "--- after it closed:"
+scontrol show reservation "window-$wid" 2>&1 || true
+"$runbook" node gpu05 | sed -n '1,3p'
+amtool --alertmanager.url="$ALERTMANAGER_URL" silence query
+"$runbook" schedule list    # the lab configuration schedules gpu-usage-report weekly
+
 step "runbook node gpu05: Slurm, Kubernetes and its GPUs (gpu05 is in both pools)"
 "$runbook" node gpu05
 
 step "an XID 79 on gpu03 travels Prometheus -> Alertmanager -> runbook serve -> a proposal"
+deploy/lab/lab slack reset  # the lab's fake Slack starts with an empty channel
 "$runbook" serve >"$demo_dir/serve.log" 2>&1 &
 serve_pid=$!
 trap 'kill $serve_pid 2>/dev/null || true' EXIT
@@ -80,12 +104,43 @@ for _ in $(seq 1 60); do
 done
 "$runbook" proposals
 deploy/lab/lab fault gpu03 clear
+
+step "Slack: alice types /runbook run drain-node; bob's Approve is refused; carol's runs it"
+echo "(signed requests to runbook serve's /slack/events; the lab's fake of Slack's Web API"
+echo " records every call the bot makes: deploy/lab/lab slack calls)"
+newest_drain() { "$runbook" history --runbook drain-node --json |
+  python3 -c 'import json,sys; print(max([e["id"] for e in json.load(sys.stdin)] or [0]))'; }
+before=$(newest_drain)
+deploy/lab/lab slack command --user U0ALICE 'run drain-node node=gpu04 reason="fan failure"'
+for _ in $(seq 1 100); do [ "$(newest_drain)" != "$before" ] && break; sleep 0.1; done
+sid=$(newest_drain)
+hash=$("$runbook" status "$sid" | sed -n 's/.*plan hash //p')
+sleep 1  # the plan reaches the channel within the poster's interval
+deploy/lab/lab slack click --user U0BOB approve "$sid:$hash"
+deploy/lab/lab slack click --user U0CAROL approve "$sid:$hash"
+for _ in $(seq 1 120); do
+  "$runbook" status "$sid" | grep -q -- "— SUCCEEDED\|— FAILED" && break
+  sleep 0.5
+done
+sleep 1.5  # the final summary reaches the thread
+deploy/lab/lab slack messages
 kill $serve_pid 2>/dev/null || true
+run_approved alice carol resume-node node=gpu04 >/dev/null
 
 step "runbook history, one timeline, and the audit chain"
 "$runbook" history
 "$runbook" show "$id"
 "$runbook" audit verify
+
+step "the terminal chat: the grammar and answers of Slack's /runbook, at a prompt"
+if [ -t 0 ]; then
+  echo "Try: help | list | plan drain-node node=gpu03 reason=test | run ... | /as carol |"
+  echo "     approve ID | history | node gpu05 | /quit"
+  "$runbook" chat --as alice
+else
+  printf '%s\n' 'list' 'describe resume-node' 'history' 'node gpu04' |
+    "$runbook" chat --as alice
+fi
 
 echo
 echo "The lab keeps running for you to explore:  eval \"\$(deploy/lab/lab env)\""

@@ -137,6 +137,30 @@ class TaintArguments(NodeArguments):
         return _check_label_value(value)
 
 
+CORDONED_BY = "gpu-runbook-bot/cordoned-by"  # who cordoned a node (k8s.cordon_nodes owner)
+
+
+class NodesArguments(StrictArguments):
+    """Several nodes at once; ``owner`` marks the nodes this cordon made unschedulable, so
+    the matching uncordon leaves alone the ones somebody else had cordoned."""
+
+    nodes: list[str] = Field(min_length=1, description="Kubernetes node names")
+    owner: str | None = Field(default=None, description="e.g. window-12 (an annotation value)")
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.match(NODE_NAME, name):
+                raise ValueError(f"{name!r} is not a Kubernetes node name")
+        return list(dict.fromkeys(value))
+
+    @field_validator("owner")
+    @classmethod
+    def _owner(cls, value: str | None) -> str | None:
+        return None if value is None else _check_label_value(value)
+
+
 class _NodeSetArguments(StrictArguments):
     """The nodes to watch: one ``node``, a list of ``nodes``, or a ``label_selector``."""
 
@@ -299,6 +323,89 @@ class UncordonAction(_KubernetesAction):
                                 changed=False)
         self.backend.patch_node(args.node, {"spec": {"unschedulable": None}}, strategic=True)
         return ActionResult(f"uncordoned {args.node}", {"node": args.node})
+
+
+class CordonNodesAction(_KubernetesAction):
+    """Cordon several nodes: all or none (a failure uncordons the ones this call cordoned).
+    With ``owner`` each node it cordons is annotated ``gpu-runbook-bot/cordoned-by=OWNER``;
+    nodes that were already cordoned are left as they are, unannotated."""
+
+    name: ClassVar[str] = "k8s.cordon_nodes"
+    Arguments: ClassVar[type[StrictArguments]] = NodesArguments
+
+    def plan(self, args: NodesArguments) -> list[str]:
+        lines = [f"kubectl cordon {node}" for node in args.nodes]
+        if args.owner:
+            lines.append(f"kubectl annotate node <each node cordoned here> "
+                         f"{CORDONED_BY}={args.owner}  # nodes already cordoned are left alone")
+        return lines
+
+    def run(self, args: NodesArguments, ctx: ActionContext) -> ActionResult:
+        nodes = [self.backend.get_node(name) for name in args.nodes]
+        already = [n.name for n in nodes if n.unschedulable]
+        done: list[str] = []
+        patch: dict[str, Any] = {"spec": {"unschedulable": True}}
+        if args.owner:
+            patch["metadata"] = {"annotations": {CORDONED_BY: args.owner}}
+        try:
+            for node in nodes:
+                if not node.unschedulable:
+                    self.backend.patch_node(node.name, patch, strategic=True)
+                    done.append(node.name)
+        except KubernetesError as exc:
+            for name in done:  # all or none: a half-cordoned set is nobody's plan
+                self.backend.patch_node(name, _uncordon_patch(args.owner), strategic=True)
+            raise ActionError(f"cordoning {_names(args.nodes)} failed, nothing left cordoned "
+                              f"by this step: {exc}") from exc
+        details = {"cordoned": done, "already_cordoned": already, "owner": args.owner}
+        if not done:
+            return ActionResult(f"{_names(already)} already cordoned", details, changed=False)
+        summary = f"cordoned {_names(done)}"
+        if already:
+            summary += f"; {_names(already)} already cordoned (left as they were)"
+        return ActionResult(summary, details)
+
+
+class UncordonNodesAction(_KubernetesAction):
+    """Uncordon several nodes; with ``owner`` only those annotated as cordoned by it."""
+
+    name: ClassVar[str] = "k8s.uncordon_nodes"
+    Arguments: ClassVar[type[StrictArguments]] = NodesArguments
+
+    def plan(self, args: NodesArguments) -> list[str]:
+        if args.owner:
+            return [f"kubectl uncordon {node}  # if annotated {CORDONED_BY}={args.owner}"
+                    for node in args.nodes]
+        return [f"kubectl uncordon {node}" for node in args.nodes]
+
+    def run(self, args: NodesArguments, ctx: ActionContext) -> ActionResult:
+        done: list[str] = []
+        kept: list[str] = []
+        for name in args.nodes:
+            node = self.backend.get_node(name)
+            ours = args.owner is None or node.annotations.get(CORDONED_BY) == args.owner
+            if not ours:
+                kept.append(name)
+                continue
+            if node.unschedulable or (args.owner and CORDONED_BY in node.annotations):
+                self.backend.patch_node(name, _uncordon_patch(args.owner), strategic=True)
+                done.append(name)
+        details = {"uncordoned": done, "left_alone": kept, "owner": args.owner}
+        if not done:
+            return ActionResult(
+                "nothing to uncordon" + (f" (not cordoned by {args.owner}: {_names(kept)})"
+                                         if kept else ""), details, changed=False)
+        summary = f"uncordoned {_names(done)}"
+        if kept:
+            summary += f"; left {_names(kept)} as they were (not cordoned by {args.owner})"
+        return ActionResult(summary, details)
+
+
+def _uncordon_patch(owner: str | None) -> dict[str, Any]:
+    patch: dict[str, Any] = {"spec": {"unschedulable": None}}
+    if owner:
+        patch["metadata"] = {"annotations": {CORDONED_BY: None}}
+    return patch
 
 
 class DrainAction(_KubernetesAction):
@@ -799,7 +906,8 @@ class DriverVersionsAction(_OperatorAction):
 
 
 ACTION_CLASSES: tuple[type[_KubernetesAction], ...] = (
-    CordonAction, UncordonAction, DrainAction, LabelAction, TaintAction, WaitLabelsAction,
+    CordonAction, UncordonAction, CordonNodesAction, UncordonNodesAction, DrainAction,
+    LabelAction, TaintAction, WaitLabelsAction,
     SetDriverVersionAction, WaitUpgradeStateAction, WaitValidatorAction, DriverVersionsAction,
 )
 
@@ -828,8 +936,9 @@ def kubernetes_actions(config: KubernetesConfig,
 
 
 __all__ = [
-    "ACTION_CLASSES", "CordonAction", "DrainAction", "DriverVersionsAction",
+    "ACTION_CLASSES", "CordonAction", "CordonNodesAction", "DrainAction", "DriverVersionsAction",
     "KubernetesActions", "LabelAction", "SetDriverVersionAction", "TaintAction",
-    "UncordonAction", "WaitLabelsAction", "WaitUpgradeStateAction", "WaitValidatorAction",
+    "UncordonAction", "UncordonNodesAction", "WaitLabelsAction", "WaitUpgradeStateAction",
+    "WaitValidatorAction",
     "kubernetes_actions",
 ]

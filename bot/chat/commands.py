@@ -3,6 +3,7 @@
     help | list | describe NAME | plan NAME k=v... | run NAME k=v... | approve ID
     | deny ID [reason] | cancel ID | status ID | show ID | history [node=N] | node NAME
     | confirm ID [no] | proposals | proposal run ID | proposal dismiss ID [reason]
+    | schedule ... | window ...   (bot.chat.scheduled)
 
 Any text gets a helpful answer, never a stack trace: unknown commands and runbooks
 come with suggestions, bad parameters with what is wrong. No business logic here;
@@ -14,6 +15,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from adapters.actions import ActionError
 from bot import executions, rendering
@@ -35,6 +37,12 @@ runbook commands:
   confirm ID [no]               answer the question a running step asks
   proposals                     runbooks proposed by alerts
   proposal run ID | proposal dismiss ID [reason]
+  schedule add NAME key=value... cron="0 2 * * SAT" [tz=Europe/Istanbul] [approve=ahead]
+  schedule add NAME key=value... at="2026-12-05 02:00" [tz=ZONE] [approve=ahead]
+  schedule [list [all]] | show ID | approve ID | pause ID | resume ID | remove ID
+  window create NODES start=now|"2026-12-05 02:00" duration=4h [reason=TEXT]
+                [runbooks="NAME key=value...; NAME key=value..."] [tz=ZONE]
+  window [list [all]] | show ID | approve ID | open ID | cancel ID
 Quote values with spaces: run drain-node node=gpu07 reason="XID 79 on GPU 3\""""
 
 
@@ -211,4 +219,13 @@ COMMANDS: dict[str, Command] = {
     "approve": _approve, "deny": _deny, "cancel": _cancel, "status": _status, "show": _show,
     "history": _history, "node": _node, "confirm": _confirm, "proposals": _proposals,
     "proposal": _proposal,
+    "schedule": lambda bot, args, user: _scheduled().schedule(bot, args, user),
+    "window": lambda bot, args, user: _scheduled().window(bot, args, user),
 }
+
+
+def _scheduled() -> Any:
+    """bot.chat.scheduled: the schedule and window verbs (imported when first used)."""
+    from bot.chat import scheduled
+
+    return scheduled

@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 
 HEAD_REVISION = "0005"
 MIGRATIONS = Path(__file__).parent / "migrations"
+_PG_MIGRATE_LOCK = 0x6772_6D67  # advisory lock key: one replica migrates at a time
 
 
 class DatabaseError(Exception):
@@ -85,6 +86,11 @@ def upgrade(engine: Engine) -> None:
         config = AlembicConfig()
         config.set_main_option("script_location", str(MIGRATIONS))
         with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # Replicas starting together on a new database: one migrates, the others
+                # wait here, then find the schema at head and change nothing.
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                             {"key": _PG_MIGRATE_LOCK})
             config.attributes["connection"] = conn
             command.upgrade(config, "head")
     except Exception as exc:  # any driver error: say which database and why

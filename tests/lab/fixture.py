@@ -69,6 +69,13 @@ def client_env(info: dict[str, Any], base: dict[str, str] | None = None) -> dict
         RUNBOOK_CONFIG=info["bot_config"],
         PATH=f"{info['bin_dir']}{os.pathsep}{env.get('PATH', os.defpath)}",
     )
+    env.pop("SLACK_APP_TOKEN", None)  # its presence would switch the bot to Socket Mode
+    slack = info.get("slack")
+    if slack:  # as `lab env` exports them
+        tokens = json.loads(Path(slack["tokens_file"]).read_text())
+        env.update(SLACK_API_URL=slack["api_url"], SLACK_BOT_TOKEN=tokens["bot_token"],
+                   SLACK_SIGNING_SECRET=tokens["signing_secret"],
+                   LAB_SLACK_APP_TOKEN=tokens["app_token"])
     return env
 
 

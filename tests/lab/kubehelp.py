@@ -16,6 +16,10 @@ KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
 DRIVER_LABEL = "lab.gpu-runbook-bot/driver-version"
 DEFAULT_DRIVER = "535.161.08"
+# The user agent of test scaffolding that uses the official `kubernetes` client: the lab's
+# request log then tells it from the bot's adapter (tests/deploy/test_rbac.py audits only
+# the adapter's requests against the bot's ClusterRole).
+TEST_USER_AGENT = "grb-lab-tests/1 (kubernetes python client; test scaffolding)"
 
 
 def have_kubectl() -> bool:

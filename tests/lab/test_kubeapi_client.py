@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.lab.fixture import Lab
-from tests.lab.kubehelp import settled, wait_until
+from tests.lab.kubehelp import TEST_USER_AGENT, settled, wait_until
 
 k8s = pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
 from kubernetes import client, config  # noqa: E402
@@ -21,6 +21,7 @@ pytestmark = pytest.mark.lab
 def api_client(lab: Lab) -> Iterator[Any]:
     wait_until(lambda: settled(lab), "the Kubernetes pool to settle", timeout=40)
     api = config.new_client_from_config(config_file=lab["kubeapi"]["kubeconfig"])
+    api.user_agent = TEST_USER_AGENT  # these requests test the lab's API, not the bot
     yield api
     api.close()
 

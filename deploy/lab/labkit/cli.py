@@ -1,4 +1,4 @@
-"""The `lab` command: up, down, status, env, fault, driver, service."""
+"""The `lab` command: up, down, status, env, fault, driver, service, slack."""
 from __future__ import annotations
 
 import argparse
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import daemons as d
-from . import etcd, faults, kube, monitoring, packages, procs, render
+from . import etcd, faults, kube, monitoring, packages, procs, render, slack, slackclient
 from .layout import (
     ACCOUNT,
     CLUSTER,
@@ -41,7 +41,7 @@ from .layout import (
 ALL_SLURMD_UP_TO = 16
 SCALE_SLURMD = 4
 # Stop order: clients of a daemon go before the daemon.
-STOP_GROUPS = [["prometheus"], ["alertmanager", "dcgm"],
+STOP_GROUPS = [["slack"], ["prometheus"], ["alertmanager", "dcgm"],
                ["kubeapi"], ["etcd"], ["slurmrestd"], ["slurmd-*"], ["slurmctld"], ["slurmdbd"],
                ["mariadb"], ["munge"]]
 
@@ -58,6 +58,7 @@ def registry(layout: Layout, ports: Ports, nodes: list[str], started: list[str])
         kube.daemon(layout, ports),
         etcd.daemon(layout, ports),
         *monitoring.daemons(layout, ports, nodes),
+        slack.daemon(layout, ports),
     ]
 
 
@@ -172,6 +173,10 @@ def bring_up(layout: Layout, info: Info) -> list[str]:
     for name in monitoring.NAMES:  # simulator, Alertmanager, then Prometheus
         if d.start(layout, by_name[name]):
             started.append(name)
+    if not procs.running_pid(layout, slack.NAME):
+        slack.fresh_state(layout)  # a new Slack fake starts with an empty workspace
+    if d.start(layout, by_name[slack.NAME]):
+        started.append(slack.NAME)
     return started
 
 
@@ -186,6 +191,7 @@ def finish_info(layout: Layout, info: Info) -> Info:
     info["kubeapi"] = kube.info(layout, ports_of(info))
     info["etcd"] = etcd.info(layout, ports_of(info))
     info["monitoring"] = monitoring.info(layout, ports_of(info), info["nodes"])
+    info["slack"] = slack.info(layout, ports_of(info))
     info["daemons"] = daemon_table(layout, info)
     info["state"] = "up"
     return info
@@ -292,6 +298,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         mon = info["monitoring"]
         print(f"  prometheus {mon['prometheus_url']}  alertmanager {mon['alertmanager_url']}  "
               f"dcgm {mon['dcgm_url']}  bot webhook {mon['bot_webhook_url']}")
+    if "slack" in info:
+        sl = info["slack"]
+        print(f"  slack api {sl['api_url']}  channel {sl['channel']}  "
+              f"bot events {sl['bot_events_url']}")
     if procs.running_pid(layout, "slurmctld"):
         out = d.run(["sinfo"], env=d.slurm_env(layout))
         print(out.stdout.rstrip() or out.stderr.rstrip())
@@ -313,6 +323,9 @@ def cmd_env(args: argparse.Namespace) -> int:
     etcd_info = layout.read_info().get("etcd")
     if etcd_info:
         exports.update(ETCDCTL_API="3", ETCDCTL_ENDPOINTS=etcd_info["endpoint"])
+    # SLACK_API_URL, SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, LAB_SLACK_APP_TOKEN (never
+    # SLACK_APP_TOKEN: its presence switches the bot to Socket Mode)
+    exports.update(slack.env_exports(layout, layout.read_info()))
     for key, value in exports.items():
         print(f"export {key}={shlex.quote(value)}")
     print(f"export PATH={shlex.quote(str(layout.bin))}:\"$PATH\"")
@@ -403,6 +416,158 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- slack ---------------------------------------------------------------------
+
+def lab_slack() -> slackclient.LabSlack:
+    layout = Layout(lab_dir())
+    info = layout.read_info()
+    if "slack" not in info or not slack.secrets_file(layout).exists():
+        raise LabError(f"no lab Slack at {layout.root}; run `lab up` first")
+    if not procs.running_pid(layout, slack.NAME):
+        raise LabError("the lab's Slack fake is stopped: `lab service slack start`")
+    return slackclient.LabSlack.from_info(info)
+
+
+def print_delivery(what: str, delivery: slackclient.Delivery) -> int:
+    if delivery.status == 0:
+        print(f"{what}: the bot is not reachable: {delivery.error}", file=sys.stderr)
+        return 1
+    print(f"HTTP {delivery.status} ({delivery.elapsed * 1000:.0f} ms)")
+    if delivery.body:
+        print(delivery.body)
+    return 0 if 200 <= delivery.status < 300 else 1
+
+
+def print_envelope(sl: slackclient.LabSlack, sent: Info, wait: float) -> int:
+    print(f"envelope {sent['envelope_id']} sent to connection {sent['delivered_to']}")
+    try:
+        ack = slackclient.wait_for_ack(sl.url, sent["envelope_id"], timeout=wait)
+    except TimeoutError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    print(f"ack after {ack.get('latency_ms')} ms" + (" (late: Slack waits 3 s)"
+                                                      if ack.get("late") else ""))
+    if ack.get("payload"):
+        print(json.dumps(ack["payload"], indent=2))
+    return 0
+
+
+def cmd_slack(args: argparse.Namespace) -> int:
+    sl = lab_slack()
+    try:
+        return slack_action(sl, args)
+    except slackclient.FakeError as exc:
+        raise LabError(f"the Slack fake refused: {exc}") from None
+    except LookupError as exc:
+        raise LabError(str(exc)) from None
+
+
+def slack_action(sl: slackclient.LabSlack, args: argparse.Namespace) -> int:
+    if args.action == "command":
+        if args.socket:
+            sent = slackclient.socket_command(sl.url, args.text, user_id=args.user,
+                                              channel_id=args.channel, command=args.command,
+                                              wait=args.wait)
+            return print_envelope(sl, sent, args.wait)
+        return print_delivery(sl.events_url, sl.command(
+            args.text, args.user, channel_id=args.channel, command=args.command,
+            trigger_id=args.trigger_id, timestamp=args.timestamp))
+    if args.action == "click":
+        if args.socket:
+            sent = slackclient.socket_click(sl.url, args.action_id, args.value,
+                                            user_id=args.user, message_ts=args.ts,
+                                            channel_id=args.channel, wait=args.wait)
+            return print_envelope(sl, sent, args.wait)
+        return print_delivery(sl.events_url, sl.click(
+            args.action_id, args.value, args.user, message_ts=args.ts,
+            channel_id=args.channel, timestamp=args.timestamp))
+    if args.action == "calls":
+        found = slackclient.calls(sl.url, args.method)
+        if args.json:
+            print(json.dumps(found, indent=2))
+        for c in [] if args.json else found:
+            when = time.strftime("%H:%M:%S", time.localtime(c["time"]))
+            outcome = "ok" if c["ok"] else c["error"]
+            args_text = json.dumps(c["args"], sort_keys=True)
+            print(f"#{c['id']:<4} {when} {c['method']:<22} {c['token']:<7} {c['status']} "
+                  f"{outcome:<18} {args_text[:100]}")
+        return 0
+    if args.action == "messages":
+        view = slackclient.messages(sl.url, None if args.all else args.channel)
+        print(json.dumps(view, indent=2) if args.json else slackclient.render_messages(view))
+        return 0
+    if args.action == "acks":
+        print(json.dumps(slackclient.socket_acks(sl.url), indent=2))
+        return 0
+    if args.action == "reset":
+        slackclient.reset(sl.url)
+        print("slack: calls, messages, acks, response URLs and faults forgotten")
+        return 0
+    # fault
+    if args.pairs == ["clear"]:
+        slackclient.clear_faults(sl.url)
+        print("slack: faults cleared")
+        return 0
+    spec: Info = {}
+    for pair in args.pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise LabError(f"expected key=value, got {pair!r}")
+        spec[key] = value if key in ("method", "error") else _number(key, value)
+    print(json.dumps(slackclient.arm_fault(sl.url, **spec), sort_keys=True))
+    return 0
+
+
+def _number(key: str, value: str) -> int | float:
+    try:
+        return int(value)
+    except ValueError:
+        try:
+            return float(value)
+        except ValueError:
+            raise LabError(f"{key} must be a number") from None
+
+
+def slack_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sp = sub.add_parser("slack", help="play Slack towards the bot; inspect the Slack fake")
+    sp.set_defaults(func=cmd_slack)
+    acts = sp.add_subparsers(dest="action", required=True)
+
+    def delivery_options(p: argparse.ArgumentParser, user: str) -> None:
+        p.add_argument("--user", default=user, help=f"Slack user ID (default {user}; "
+                       "U0ALICE, U0BOB on-call, U0CAROL, U0DAVE gpu-leads)")
+        p.add_argument("--channel", default=slack.CHANNEL, help="channel ID (default %(default)s)")
+        p.add_argument("--socket", action="store_true",
+                       help="send as a Socket Mode envelope instead of a signed HTTP request")
+        p.add_argument("--wait", type=float, default=5.0,
+                       help="Socket Mode: seconds to wait for a client and its ack")
+        p.add_argument("--timestamp", help="X-Slack-Request-Timestamp (a stale one: forged)")
+
+    cmd = acts.add_parser("command", help="a signed slash command to the bot")
+    cmd.add_argument("text", help="the command's text, e.g. 'run drain-node node=gpu03'")
+    cmd.add_argument("--command", default=slackclient.COMMAND, help="default %(default)s")
+    cmd.add_argument("--trigger-id", help="default: a new one")
+    delivery_options(cmd, "U0ALICE")
+    click = acts.add_parser("click", help="a signed button click (block_actions) to the bot")
+    click.add_argument("action_id")
+    click.add_argument("value")
+    click.add_argument("--ts", help="the message's ts (default: the newest message with "
+                       "that button)")
+    delivery_options(click, "U0CAROL")
+    calls = acts.add_parser("calls", help="the Web API calls the fake received")
+    calls.add_argument("--method", help="only this method, e.g. chat.update")
+    calls.add_argument("--json", action="store_true")
+    msgs = acts.add_parser("messages", help="the channel as Slack would show it")
+    msgs.add_argument("--channel", default=slack.CHANNEL)
+    msgs.add_argument("--all", action="store_true", help="every channel with messages")
+    msgs.add_argument("--json", action="store_true")
+    acts.add_parser("acks", help="Socket Mode acks received")
+    acts.add_parser("reset", help="forget calls, messages, acks, response URLs, faults")
+    fault = acts.add_parser("fault", help="ratelimit=N [retry_after=S] [method=M] | "
+                            "error=CODE [count=N] | status=503 | delay=S | clear")
+    fault.add_argument("pairs", nargs="+", metavar="key=value")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lab", description="Local Slurm + MariaDB lab on loopback.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -431,7 +596,7 @@ def parser() -> argparse.ArgumentParser:
     drv.set_defaults(func=cmd_driver)
     svc = sub.add_parser("service", help="stop|start|restart|status one lab daemon")
     svc.add_argument("name", help="slurmdbd, slurmctld, slurmrestd, mariadb, munge, "
-                     "kubeapi, etcd, dcgm, prometheus, alertmanager, slurmd-gpuNN")
+                     "kubeapi, etcd, dcgm, prometheus, alertmanager, slack, slurmd-gpuNN")
     svc.add_argument("action", choices=["stop", "start", "restart", "reboot", "status"])
     svc.set_defaults(func=cmd_service)
     sw = sub.add_parser("etcd-switch", help="restart the lab's etcd on another data directory "
@@ -443,6 +608,7 @@ def parser() -> argparse.ArgumentParser:
                         "(promtool tsdb create-blocks-from openmetrics; restarts Prometheus)")
     bf.add_argument("file", help="an OpenMetrics text file ending in `# EOF`")
     bf.set_defaults(func=cmd_backfill)
+    slack_parser(sub)
     return p
 
 

@@ -24,6 +24,11 @@ def state_file(layout: Layout) -> Path:
     return layout.state / "kubeapi.json"
 
 
+def audit_log(layout: Layout) -> Path:
+    """Every request the API server answered, one JSON line each (kubeapi/audit.py)."""
+    return layout.log / "kubeapi-audit.jsonl"
+
+
 def url(ports: Ports) -> str:
     return f"http://127.0.0.1:{ports.service(NAME)}"
 
@@ -39,7 +44,8 @@ def daemon(layout: Layout, ports: Ports) -> Daemon:
         name=NAME,
         argv=[sys.executable, "-m", "kubeapi", "--port", str(port),
               "--state", str(state_file(layout)), "--faults", str(layout.faults),
-              "--log", str(layout.log / "kubeapi.log"), "--nodes", ",".join(KUBE_NODES),
+              "--log", str(layout.log / "kubeapi.log"), "--audit-log", str(audit_log(layout)),
+              "--nodes", ",".join(KUBE_NODES),
               "--driver", DEFAULT_DRIVER],
         env=env, port=port, logs=[layout.log / "kubeapi.log", layout.log / "kubeapi.out"],
         ready=ready,
@@ -80,4 +86,4 @@ def info(layout: Layout, ports: Ports) -> Info:
     return {"url": url(ports), "kubeconfig": str(kubeconfig_path(layout)),
             "nodes": KUBE_NODES, "context": CLUSTER, "token": TOKEN,
             "fault_node": FAULT_NODE, "state_file": str(state_file(layout)),
-            "log": str(layout.log / "kubeapi.log")}
+            "log": str(layout.log / "kubeapi.log"), "audit_log": str(audit_log(layout))}

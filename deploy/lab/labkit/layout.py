@@ -30,12 +30,15 @@ DEFAULT_DRIVER = "535.161.08"
 PORT_FLOOR = 10000
 SLOT_SIZE = 400
 SLOTS = (32768 - PORT_FLOOR) // SLOT_SIZE - 1
-# +390..+399 are kept for services that are not daemons of the lab: +390 is the
-# port the bot's own HTTP server (`runbook serve`) uses in the lab (Alertmanager's webhook).
+# +390..+399 sit above the slurmd ports: +390 is the port the bot's own HTTP server
+# (`runbook serve`) uses in the lab (Alertmanager's webhook, Slack's request URL; the lab
+# starts nothing there), +391 the lab's Slack fake (deploy/lab/slackapi); +392.. are free.
 BOT_OFFSET = SLOT_SIZE - 10
+SLACK_OFFSET = BOT_OFFSET + 1
 SERVICE_OFFSETS = {"slurmctld": 0, "slurmdbd": 1, "slurmrestd": 2, "mariadb": 3,
                    "kubeapi": 4, "etcd": 5, "etcd_peer": 6,
-                   "dcgm": 7, "prometheus": 8, "alertmanager": 9, "bot": BOT_OFFSET}
+                   "dcgm": 7, "prometheus": 8, "alertmanager": 9, "bot": BOT_OFFSET,
+                   "slack": SLACK_OFFSET}
 SLURMD_OFFSET = 10
 MAX_NODES = BOT_OFFSET - SLURMD_OFFSET  # slurmd ports +10..+389
 # Unix socket paths are limited to 108 bytes (sun_path).
