@@ -440,6 +440,10 @@ def cmd_engine(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from bot.scheduler import scheduler_task
     from bot.serving import serve
 
     bot = _bot(args)
@@ -449,8 +453,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     slack = _slack_surface(bot)
     routes = dict(slack.routes()) if slack else {}
     tasks = list(slack.tasks()) if slack else []
-    from bot.scheduler import scheduler_task  # schedules and windows: the leader fires them
-
+    # schedules and windows: fired by the leader only, like the engine runs executions
     tasks.append(scheduler_task(bot, lambda line: print(f"[scheduler] {line}", flush=True)))
     report = _report
     if slack is not None:
@@ -463,9 +466,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     paths = ", ".join(["/alerts", "/healthz", "/metrics", *routes])
     print(f"serving on http://{host}:{port} ({paths})"
           + (f"; Slack in {slack.mode} mode" if slack else "; Slack not set up"), flush=True)
-    import signal
-    import threading
-
     stop = threading.Event()  # SIGTERM (a pod stopping): give the leadership up, then exit
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())

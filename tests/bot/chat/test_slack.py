@@ -390,3 +390,47 @@ def test_socket_mode_runs_a_command_once(lab: Lab, bot: Bot, fake: FakeSlack,
     assert count_executions(bot) == before + 1
     execution_id = latest_execution(bot, "slack-quick")
     assert bot.get(execution_id).requested_by == "alice"
+
+
+def test_runbook_serve_in_http_mode_keeps_secrets_out_of_its_output(
+        lab: Lab, fake: FakeSlack, tmp_path: Path) -> None:
+    """The real command: `runbook serve` with the lab's Slack secrets in its environment."""
+    import subprocess
+    import sys
+
+    from tests.bot.chat.slackhelp import free_port
+
+    port = free_port()
+    env = dict(lab.env, RUNBOOK_DB_URL=f"sqlite:///{tmp_path / 'bot.db'}")
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        serve = subprocess.Popen([sys.executable, "-m", "bot.cli", "serve", "--port", str(port)],
+                                 env=env, stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL)
+    try:
+        fake.wait(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), message="serve up")
+        side = SlackClientSide(f"http://127.0.0.1:{port}/slack/events",
+                               lab.env["SLACK_SIGNING_SECRET"], fake)
+        status, _, _ = side.command("list", ALICE)
+        assert status == 200
+        status, _, _ = side.command("list", ALICE, secret="forged")
+        assert status == 401
+        fake.wait(lambda: any("drain-node" in str(p["body"]) for r in fake.responses()
+                              for p in r["posts"]), message="the answer to list")
+    finally:
+        serve.terminate()
+        serve.wait(30)
+    output = log.read_text()
+    assert "Slack in http mode" in output and "/slack/events" in output
+    for secret in slack_secrets(lab, socket=True).values():
+        assert secret not in output
+
+
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(url, timeout=1).close()
+        return True
+    except OSError:
+        return False
