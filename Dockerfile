@@ -67,6 +67,8 @@ RUN set -eux; \
 
 # The bot, from the wheels built on the host (no index: the build needs no PyPI).
 COPY wheels/ /tmp/wheels/
+# The shipped runbooks also at a fixed path (the wheel has them too, as bot/_runbooks): the
+# Kubernetes configuration names this path beside the site's own runbooks.
 COPY runbooks/ /usr/share/gpu-runbook-bot/runbooks/
 COPY deploy/image/run-munged /usr/local/bin/run-munged
 RUN set -eux; \
@@ -74,9 +76,6 @@ RUN set -eux; \
     spec="gpu-runbook-bot"; if [ -n "$BOT_EXTRAS" ]; then spec="gpu-runbook-bot[$BOT_EXTRAS]"; fi; \
     "$VIRTUAL_ENV/bin/pip" install --no-cache-dir --no-index --find-links /tmp/wheels "$spec"; \
     rm -rf /tmp/wheels; \
-    # The shipped runbooks where the bot looks for them when installed from a wheel.
-    ln -s /usr/share/gpu-runbook-bot/runbooks \
-        "$("$VIRTUAL_ENV/bin/python" -c 'import bot, pathlib; print(pathlib.Path(bot.__file__).parent)')/_runbooks"; \
     groupadd --system --gid "$BOT_UID" runbook; \
     useradd --system --uid "$BOT_UID" --gid "$BOT_UID" --home-dir /var/lib/gpu-runbook-bot \
         --create-home --shell /usr/sbin/nologin runbook; \
