@@ -387,7 +387,8 @@ def approve(bot: Bot, schedule_id: int, user: str) -> tuple[Schedule, list[str],
     plan = bot.plan(schedule.runbook, schedule.params)
     if plan.approval.required == 0:
         raise Refused(f"{schedule.runbook} needs no approval")
-    problem = _approval_problem(bot, plan, user, schedule.created_by)
+    problem = bot.approval_problem(plan.approval, plan.runbook, user, schedule.created_by,
+                                   asked="added the schedule")
     note = ""
     with bot.engine.begin() as conn:
         if problem is not None:
@@ -409,16 +410,6 @@ def approve(bot: Bot, schedule_id: int, user: str) -> tuple[Schedule, list[str],
                     "required": plan.approval.required})
                 return _get(conn, schedule.id), names, note
     raise Refused(problem)
-
-
-def _approval_problem(bot: Bot, plan: Any, user: str, requester: str) -> str | None:
-    policy = plan.approval
-    if not bot.config.matches(user, policy.approvers):
-        return (f"{user} may not approve {plan.runbook}: its approvers are "
-                f"{', '.join(policy.approvers)}")
-    if user == requester and not policy.self_approval:
-        return f"{user} added the schedule and may not approve it too"
-    return None
 
 
 # --- the configuration's schedules ------------------------------------------------------

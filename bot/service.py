@@ -28,7 +28,14 @@ from bot.checks import Checks
 from bot.config import Config
 from bot.executions import Execution
 from bot.loading import LoadedRunbook, RunbookError, load_all
-from bot.planning import Plan, PlanError, make_plan, with_break_glass, with_outside_window
+from bot.planning import (
+    ApprovalPolicy,
+    Plan,
+    PlanError,
+    make_plan,
+    with_break_glass,
+    with_outside_window,
+)
 from bot.store import db
 from bot.store.schema import maintenance_windows
 
@@ -238,7 +245,7 @@ class Bot:
             return
         counted: list[str] = []
         for approver in dict.fromkeys(ahead.approvers):
-            problem = self._may_approve(plan, approver, user)
+            problem = self.approval_problem(plan.approval, plan.runbook, approver, user)
             if problem is not None:
                 audit.append(conn, "approval_refused", approver,
                              {"reason": problem, "ahead": ahead.subject}, execution_id)
@@ -253,14 +260,20 @@ class Bot:
         if len(counted) >= policy.required:
             executions.set_fields(conn, execution_id, state="approved")
 
-    def _may_approve(self, plan: Plan, approver: str, requester: str) -> str | None:
-        """Why ``approver`` may not approve ``plan`` requested by ``requester``, or None."""
-        policy = plan.approval
+    def approval_problem(self, policy: ApprovalPolicy, runbook: str, approver: str,
+                         requester: str, *, asked: str | None = None,
+                         denying: bool = False) -> str | None:
+        """Why ``approver`` may not approve ``runbook`` asked for by ``requester``, or None.
+
+        The one rule for every approval (requests, approvals ahead, schedules, windows):
+        the runbook's approvers only, and not the requester unless the policy allows it (a
+        requester may still deny). ``asked`` says what the requester did, for the message.
+        """
         if not self.config.matches(approver, policy.approvers):
-            return (f"{approver} may not approve {plan.runbook}: its approvers are "
+            return (f"{approver} may not approve {runbook}: its approvers are "
                     f"{', '.join(policy.approvers)}")
-        if approver == requester and not policy.self_approval:
-            return f"{approver} requested {plan.runbook} and may not approve it too"
+        if approver == requester and not policy.self_approval and not denying:
+            return f"{approver} {asked or f'requested {runbook}'} and may not approve it too"
         return None
 
     # --- decisions ----------------------------------------------------------------------
@@ -361,13 +374,8 @@ class Bot:
         return user == ex.requested_by or self.config.matches(user, ex.plan.approval.approvers)
 
     def _may_decide(self, ex: Execution, user: str, denying: bool = False) -> str | None:
-        policy = ex.plan.approval
-        if not self.config.matches(user, policy.approvers):
-            return (f"{user} may not approve {ex.runbook}: its approvers are "
-                    f"{', '.join(policy.approvers)}")
-        if user == ex.requested_by and not policy.self_approval and not denying:
-            return f"{user} requested execution {ex.id} and may not approve it too"
-        return None
+        return self.approval_problem(ex.plan.approval, ex.runbook, user, ex.requested_by,
+                                     denying=denying, asked=f"requested execution {ex.id}")
 
     # --- reading ---------------------------------------------------------------------
 

@@ -303,12 +303,10 @@ def approve(bot: Bot, window_id: int, user: str) -> tuple[Window, list[str], str
         if item["required"] == 0:
             continue
         policy = approval_policy(bot.runbook(item["runbook"]).runbook, bot.config)
-        if not bot.config.matches(user, policy.approvers):
-            problems.append(f"{user} may not approve {item['runbook']} (approvers: "
-                            f"{', '.join(policy.approvers)})")
-        elif user == window.created_by and not policy.self_approval:
-            problems.append(f"{user} created the window and may not approve "
-                            f"{item['runbook']} too")
+        problem = bot.approval_problem(policy, item["runbook"], user, window.created_by,
+                                       asked="created the window")
+        if problem is not None:
+            problems.append(problem)
     if not any(item["required"] for item in plans):
         raise Refused(f"nothing in window {window.id} needs an approval")
     note = ""

@@ -137,6 +137,13 @@ class TaintArguments(NodeArguments):
         return _check_label_value(value)
 
 
+def _node_names(value: list[str]) -> list[str]:
+    for name in value:
+        if not re.match(NODE_NAME, name):
+            raise ValueError(f"{name!r} is not a Kubernetes node name")
+    return value
+
+
 CORDONED_BY = "gpu-runbook-bot/cordoned-by"  # who cordoned a node (k8s.cordon_nodes owner)
 
 
@@ -150,10 +157,7 @@ class NodesArguments(StrictArguments):
     @field_validator("nodes")
     @classmethod
     def _nodes(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not re.match(NODE_NAME, name):
-                raise ValueError(f"{name!r} is not a Kubernetes node name")
-        return list(dict.fromkeys(value))
+        return list(dict.fromkeys(_node_names(value)))
 
     @field_validator("owner")
     @classmethod
@@ -171,10 +175,7 @@ class _NodeSetArguments(StrictArguments):
     @field_validator("nodes")
     @classmethod
     def _nodes(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not re.match(NODE_NAME, name):
-                raise ValueError(f"{name!r} is not a Kubernetes node name")
-        return value
+        return _node_names(value)
 
     @field_validator("label_selector")
     @classmethod
