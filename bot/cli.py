@@ -89,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("v1")
     p.add_argument("v2")
-    p = add("serve", "the bot's HTTP server (/alerts, /healthz, /metrics) and its engine")
+    p = add("serve", "the bot's HTTP server (/alerts, /healthz, /metrics, /slack/events), "
+                     "Slack, and on the leader the engine and the scheduler")
     p.add_argument("--host", help="address to listen on (default: server.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: server.port, 8080)")
     p = add("chat", "the chat grammar at a terminal (script mode when stdin is not a terminal)")
