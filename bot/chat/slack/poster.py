@@ -34,7 +34,9 @@ from bot.store.schema import executions as executions_table
 log = logging.getLogger(__name__)
 MAX_QUEUED_LINES = 500
 LINES_PER_REPLY = 40
-LOOKBACK_SECONDS = 3600.0  # executions ended this recently still get their message
+# Executions that ended shortly before the poster started (a restart, a new leader) still
+# get their message; older ones do not flood the channel when Slack is first switched on.
+LOOKBACK_SECONDS = 300.0
 
 
 class Poster:
