@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +135,45 @@ def test_slack_user_groups_grant_approval(make_bot: BotFactory) -> None:
     assert "may not" in client.calls[-1][1]["text"]
     click(listeners, "U0ERIN", "approve", f"{ex.id}:{ex.plan_hash}")
     assert bot.approvals(ex.id) == ["slack:U0ERIN"]
+
+
+class RecordingClient:
+    def __init__(self) -> None:
+        self.posts: list[dict[str, Any]] = []
+        self.updates: list[dict[str, Any]] = []
+
+    def chat_postMessage(self, **kwargs: Any) -> dict[str, Any]:
+        self.posts.append(kwargs)
+        return {"ts": f"{len(self.posts)}.000"}
+
+    def chat_update(self, **kwargs: Any) -> dict[str, Any]:
+        self.updates.append(kwargs)
+        return {"ts": kwargs["ts"]}
+
+
+def test_the_poster_posts_each_request_once_and_not_old_history(make_bot: BotFactory) -> None:
+    from sqlalchemy import update
+
+    from bot.chat.slack.poster import Poster
+    from bot.store.schema import executions as executions_table
+
+    bot = make_bot({"drain": RUNBOOK})
+    old = bot.request("drain", {"node": "gpu01"}, "alice")
+    bot.deny(old, "carol", "long ago")
+    half_an_hour_ago = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z",
+                                     time.gmtime(time.time() - 1800))
+    with bot.engine.begin() as conn:  # an execution that ended before the poster started
+        conn.execute(update(executions_table).where(executions_table.c.id == old)
+                     .values(requested_at=half_an_hour_ago))
+    fresh = bot.request("drain", {"node": "gpu02"}, "alice")
+    client = RecordingClient()
+    poster = Poster(bot, client, "C1", poll_seconds=0.1)
+    poster.tick()
+    assert [p["text"] for p in client.posts] == [
+        f"drain 1.0.0 execution {fresh} requested by alice: awaiting approval"]
+    poster.tick()
+    assert len(client.posts) == 1 and client.updates == []  # nothing changed
+    bot.approve(fresh, "carol")
+    Poster(bot, client, "C1", poll_seconds=0.1).tick()  # a restarted poster
+    assert len(client.posts) == 1  # not posted again
+    assert f"execution {fresh}: approved" in client.updates[-1]["text"]
