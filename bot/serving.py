@@ -216,7 +216,6 @@ def serve(bot: Bot, host: str, port: int, report: Reporter,
     except BaseException:
         leadership.elector.release()
         raise
-    server.daemon_threads = True
     threads = [threading.Thread(target=task.run, args=(stop,), daemon=True, name=task.name)
                for task in everything if not task.leader_only]
     threads.append(threading.Thread(target=leadership.run, args=(stop,), daemon=True,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot import rendering
+from bot.durations import format_duration
 from bot.executions import Execution, StepState
 from bot.planning import Plan, PlannedCheck
 
@@ -150,7 +151,7 @@ def progress_message(ex: Execution, approvers: list[str],
 def summary_text(ex: Execution, checks: list[dict[str, Any]], duration: float | None) -> str:
     """The final word in the thread: outcome, duration, every check's result, the ID."""
     lines = [f"{STATE_MARK.get(ex.state, '')} *{ex.runbook} {ex.version}* execution {ex.id} "
-             f"ended *{ex.state}*" + (f" after {_duration(duration)}" if duration else "")]
+             f"ended *{ex.state}*" + (f" after {format_duration(duration)}" if duration else "")]
     if ex.error:
         lines.append(f"reason: {ex.error}")
     if checks:
@@ -161,12 +162,6 @@ def summary_text(ex: Execution, checks: list[dict[str, Any]], duration: float | 
         lines.append("no check was evaluated")
     lines.append(f"audit: `runbook show {ex.id}` · `runbook audit verify`")
     return "\n".join(lines)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.1f} s"
-    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
 
 
 def proposal_message(proposal: Any) -> Message:
