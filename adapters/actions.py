@@ -17,6 +17,7 @@ import ``bot``; the engine imports it from here.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -55,6 +56,16 @@ class ActionTimeout(ActionError):
     """An action did not finish before its deadline."""
 
 
+class ActionStopped(ActionError):
+    """The engine asked the action to stop (a cancel, a lost claim, the step's timeout);
+    the action stopped where it was, and the engine decides what comes next."""
+
+
+# Waiting actions look at the stop flag at least this often (seconds): a cancel reaches a
+# step that waits for a job or a person within about a second.
+MAX_PAUSE = 1.0
+
+
 class StrictArguments(BaseModel):
     """Base for every action's arguments: unknown keys are errors, values are immutable."""
 
@@ -78,6 +89,11 @@ class ActionContext:
     remaining time on to subprocesses and API calls. ``progress`` publishes a line
     to the requester (terminal, chat thread). ``fencing_token`` is the token of the
     execution's locks; adapters that support fencing pass it on.
+
+    ``stop`` is set by the engine when the action must stop: a cancel, the engine lost
+    its claim on the execution, or the step's timeout passed. An action that waits
+    calls ``checkpoint`` and sleeps at most ``pause(...)`` seconds between polls, so it
+    stops within about a second; it never needs to undo anything itself.
     """
 
     execution_id: int
@@ -85,17 +101,40 @@ class ActionContext:
     deadline: float
     fencing_token: int = 0
     progress: Callable[[str], None] = lambda line: None
-    # True once someone asked to cancel the execution: actions that wait for a long time
-    # (for a person, say) stop waiting; the engine then undoes what was done.
+    # True once someone asked to cancel the execution (read by the engine's watcher)
     cancelled: Callable[[], bool] = lambda: False
+    stop: threading.Event = field(default_factory=threading.Event)
+    stop_reason: str = ""
 
     def remaining(self) -> float:
         """Seconds left before the deadline (never negative)."""
         return max(0.0, self.deadline - time.monotonic())
 
-    def check_deadline(self, what: str) -> None:
+    def request_stop(self, reason: str) -> None:
+        """The engine's side: ask the action to stop, saying why."""
+        if not self.stop.is_set():
+            self.stop_reason = reason
+            self.stop.set()
+
+    def stopping(self) -> bool:
+        if not self.stop.is_set() and self.cancelled():
+            self.request_stop("the execution was cancelled")
+        return self.stop.is_set()
+
+    def checkpoint(self, what: str) -> None:
+        """Between polls: ActionStopped when asked to stop, ActionTimeout past the deadline."""
+        if self.stopping():
+            raise ActionStopped(f"{self.step_id}: stopped while {what}: {self.stop_reason}")
         if time.monotonic() >= self.deadline:
             raise ActionTimeout(f"{self.step_id}: timed out while {what}")
+
+    # the older name: every caller gets the stop check too
+    check_deadline = checkpoint
+
+    def pause(self, seconds: float) -> float:
+        """How long to sleep before the next poll: ``seconds``, capped at MAX_PAUSE and at
+        the deadline (never negative)."""
+        return max(0.0, min(seconds, MAX_PAUSE, self.remaining()))
 
 
 class Action(Protocol):
@@ -103,6 +142,8 @@ class Action(Protocol):
 
     name: ClassVar[str]
     Arguments: ClassVar[type[StrictArguments]]
+    # Actions are idempotent unless they say otherwise (class attribute ``idempotent =
+    # False``): the engine never re-runs such a step blindly after a crash in it.
 
     def plan(self, args: Any) -> list[str]:
         """The concrete operations ``run`` would perform, one line each; no side effects."""

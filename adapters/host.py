@@ -4,7 +4,9 @@ Only commands named in the configuration can run, and a runbook names them by
 their configured name (``command: dcgm-diag``), never by a path. Arguments
 reach ``subprocess`` as a list: no shell is ever involved, so a parameter like
 ``$(id)`` is just a string. Extra arguments are refused unless the configured
-command says ``accepts_args: true``.
+command says ``accepts_args: true``. The command gets a clean environment (see
+``adapters.environment``): none of the bot's secrets, only the allow-listed variables
+and what its ``env:`` sets.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
+from adapters.environment import EnvVars, child_environment
 
 OUTPUT_LIMIT = 16_384  # characters of stdout/stderr kept in the audit log
 
@@ -30,6 +33,9 @@ class HostCommand(BaseModel):
     accepts_args: bool = False
     timeout: float = Field(default=60.0, gt=0)
     description: str = ""
+    # Set for this command only, on top of the allow-listed part of the bot's environment
+    # (for a node command: also exported by srun to the job step).
+    env: EnvVars = Field(default_factory=dict)
 
 
 def allowed_argv(
@@ -54,6 +60,8 @@ class HostRunArguments(StrictArguments):
 
 class HostRunAction:
     name: ClassVar[str] = "host.run"
+    # not safe to run twice blindly: after a crash in this step a person decides
+    idempotent: ClassVar[bool] = False
     Arguments: ClassVar[type[StrictArguments]] = HostRunArguments
 
     def __init__(self, commands: Mapping[str, HostCommand]) -> None:
@@ -64,20 +72,16 @@ class HostRunAction:
                             "host_commands")
 
     def plan(self, args: HostRunArguments) -> list[str]:
-        _, argv = self._argv(args)
-        return [f"run on the bot host: {shlex.join(argv)}"]
+        command, argv = self._argv(args)
+        line = f"run on the bot host: {shlex.join(argv)}"
+        if command.env:
+            line += f" (environment sets {', '.join(sorted(command.env))})"
+        return [line]
 
     def run(self, args: HostRunArguments, ctx: ActionContext) -> ActionResult:
         command, argv = self._argv(args)
         timeout = min(command.timeout, ctx.remaining())
-        try:
-            done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-            )
-        except FileNotFoundError as exc:
-            raise ActionError(f"{shlex.join(argv)}: executable not found ({exc.filename})") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise ActionError(f"{shlex.join(argv)}: timed out after {timeout:.0f}s") from exc
+        done = _run(command, argv, timeout)
         details = {
             "argv": argv,
             "exit_code": done.returncode,
@@ -93,14 +97,20 @@ class HostRunAction:
         return ActionResult(summary=first[0] if first else "exit 0", details=details)
 
 
-def run_check_command(command: HostCommand, timeout: float) -> tuple[int, str]:
-    """Run an allow-listed command for a check; returns (exit code, combined output tail)."""
+def _run(command: HostCommand, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Start an allow-listed command: argument list, no stdin, clean environment."""
     try:
-        done = subprocess.run(
-            command.argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+            env=child_environment(command.env),
         )
     except FileNotFoundError as exc:
-        raise ActionError(f"{shlex.join(command.argv)}: executable not found") from exc
+        raise ActionError(f"{shlex.join(argv)}: executable not found ({exc.filename})") from exc
     except subprocess.TimeoutExpired as exc:
-        raise ActionError(f"{shlex.join(command.argv)}: timed out after {timeout:.0f}s") from exc
+        raise ActionError(f"{shlex.join(argv)}: timed out after {timeout:.0f}s") from exc
+
+
+def run_check_command(command: HostCommand, timeout: float) -> tuple[int, str]:
+    """Run an allow-listed command for a check; returns (exit code, combined output tail)."""
+    done = _run(command, command.argv, timeout)
     return done.returncode, (done.stdout + done.stderr)[-OUTPUT_LIMIT:]

@@ -2,7 +2,10 @@
 
 Used by restore-slurmdbd. The tools get argument lists; the dump is written to
 (and the restore read from) a file opened here, never through a shell
-redirection. Passwords go in the ``MYSQL_PWD`` environment of the child only.
+redirection. The tools get a clean environment (``adapters.environment``). A password
+(from the variable ``password_env`` names) never goes in argv nor in the child's
+environment (no ``MYSQL_PWD``): it is written to an option file, mode 0600 in a private
+temporary folder removed when the tool ends, and passed with ``--defaults-extra-file``.
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
+from adapters.environment import child_environment
 
 
 class MariaDBConfig(BaseModel):
@@ -35,11 +40,23 @@ class MariaDBConfig(BaseModel):
             return [f"--socket={self.socket}", f"--user={self.user}"]
         return [f"--host={self.host}", f"--port={self.port}", f"--user={self.user}"]
 
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        if self.password_env and self.password_env in os.environ:
-            env["MYSQL_PWD"] = os.environ[self.password_env]
-        return env
+    def password(self) -> str | None:
+        """The password from the bot's environment, or None when none is configured."""
+        if not self.password_env:
+            return None
+        value = os.environ.get(self.password_env)
+        if value is None:
+            raise ActionError(f"mariadb.password_env names {self.password_env}, which is not "
+                              "set in the bot's environment")
+        return value
+
+
+def option_file_text(password: str) -> str:
+    """A ``[client]`` option file giving ``password``, quoted and escaped as the MariaDB
+    client library reads it back."""
+    escaped = (password.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+               .replace("\r", "\\r").replace("\t", "\\t"))
+    return f'[client]\npassword="{escaped}"\n'
 
 
 class DumpArguments(StrictArguments):
@@ -55,11 +72,21 @@ class RestoreArguments(StrictArguments):
 def _run(argv: list[str], config: MariaDBConfig, timeout: float, *, stdin_path: Path | None = None,
          stdout_path: Path | None = None) -> None:
     shown = shlex.join(argv)
+    password = config.password()
     try:
-        with (open(stdin_path, "rb") if stdin_path else open(os.devnull, "rb")) as stdin, \
+        with tempfile.TemporaryDirectory(prefix="grb-mariadb-") as private, \
+                (open(stdin_path, "rb") if stdin_path else open(os.devnull, "rb")) as stdin, \
                 (open(stdout_path, "wb") if stdout_path else open(os.devnull, "wb")) as stdout:
-            done = subprocess.run(argv, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
-                                  env=config.env(), timeout=timeout, check=False)
+            full = list(argv)
+            if password is not None:
+                options = Path(private) / "client.cnf"  # the folder is 0700, the file 0600
+                fd = os.open(options, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(option_file_text(password))
+                # The client reads --defaults-extra-file only as its first argument.
+                full = [argv[0], f"--defaults-extra-file={options}", *argv[1:]]
+            done = subprocess.run(full, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+                                  env=child_environment(), timeout=timeout, check=False)
     except FileNotFoundError as exc:
         raise ActionError(f"{shown}: {exc.strerror}: {exc.filename}") from exc
     except subprocess.TimeoutExpired as exc:
@@ -97,6 +124,8 @@ class DumpAction:
 
 class RestoreAction:
     name: ClassVar[str] = "mariadb.restore"
+    # not safe to run twice blindly: after a crash in this step a person decides
+    idempotent: ClassVar[bool] = False
     Arguments: ClassVar[type[StrictArguments]] = RestoreArguments
 
     def __init__(self, config: MariaDBConfig) -> None:

@@ -54,6 +54,8 @@ class ConfirmAction:
     """
 
     name: ClassVar[str] = "chat.confirm"
+    # not safe to run twice blindly: after a crash in this step a person decides
+    idempotent: ClassVar[bool] = False
     Arguments: ClassVar[type[StrictArguments]] = ConfirmArguments
 
     def __init__(self, confirmations: Confirmations, sleep: Callable[[float], None] = time.sleep):
@@ -76,7 +78,5 @@ class ConfirmAction:
                                       + (f": {note}" if note else ""))
                 return ActionResult(summary=f"confirmed by {who}", details={"by": who,
                                                                             "note": note})
-            if ctx.cancelled():
-                raise ActionError(f"cancelled while waiting for an answer to {args.question!r}")
-            ctx.check_deadline(f"waiting for an answer to {args.question!r}")
-            self._sleep(min(args.poll, max(0.05, ctx.remaining())))
+            ctx.checkpoint(f"waiting for an answer to {args.question!r}")
+            self._sleep(max(0.05, ctx.pause(args.poll)))

@@ -81,7 +81,8 @@ def assemble(config: Config, engine: Engine) -> Assembly:
         from bot.capacity import CapacityEvaluator
 
         evaluators["capacity"] = CapacityEvaluator(inventory, slurm_backend, k8s_backend,
-                                                   config.inventory.kubernetes_selector)
+                                                   config.inventory.kubernetes_selector,
+                                                   site_floors=config.guards.min_free_gpus)
     backends = {name: backend for name, backend in (
         ("slurm", slurm_backend), ("kubernetes", k8s_backend), ("prometheus", prometheus))
         if backend is not None}

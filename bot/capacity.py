@@ -8,17 +8,25 @@ the pods on schedulable Ready nodes. After: minus what the node itself has free.
 node in both pools must keep both above the floor. The guard runs when the plan is
 made (a request that breaks it is refused with the numbers, unless the requester
 asks for break-glass, which costs one extra approval) and again as a pre-check.
+
+The site floor (``guards.min_free_gpus`` in the configuration, per pool) is under
+every capacity check: the floor checked is max(the runbook's, the site's). Break-glass
+overrides the runbook's floor, never the site's: an outcome under the site floor says
+so (``below_site_floor`` in its extra) and is not overridden.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from adapters.actions import ActionError
 from adapters.kubernetes.backend import KubernetesBackend
 from adapters.slurm.backend import SlurmBackend
 from bot.checks import Outcome
+from bot.config import PoolFloors
 from bot.params import Inventory
 from bot.planning import PlannedCheck
 
@@ -26,11 +34,14 @@ from bot.planning import PlannedCheck
 class CapacityEvaluator:
     def __init__(self, inventory: Inventory, slurm: SlurmBackend | None = None,
                  kubernetes: KubernetesBackend | None = None,
-                 kubernetes_selector: str | None = None) -> None:
+                 kubernetes_selector: str | None = None,
+                 site_floors: PoolFloors | None = None) -> None:
         self._inventory = inventory
         self._slurm = slurm
         self._kubernetes = kubernetes
         self._selector = kubernetes_selector
+        floors = site_floors or PoolFloors()
+        self._site = {"Slurm": floors.slurm, "Kubernetes": floors.kubernetes}
 
     def __call__(self, check: PlannedCheck, deadline: float) -> Outcome:
         spec: dict[str, Any] = dict(check.spec["capacity"])
@@ -45,19 +56,31 @@ class CapacityEvaluator:
                 pools.append(("Slurm", *self._slurm_free(self._inventory.names
                                                          .get("slurm", {}).get(node, node))))
             if node in self._inventory.kubernetes and self._kubernetes is not None:
-                pools.append(("Kubernetes", *self._k8s_free(self._inventory.names
-                                                            .get("kubernetes", {})
-                                                            .get(node, node))))
+                # an API server that does not answer fails the check within its timeout
+                until = min(deadline, time.monotonic() + check.timeout_seconds)
+                with _within(self._kubernetes, until):
+                    pools.append(("Kubernetes", *self._k8s_free(self._inventory.names
+                                                                .get("kubernetes", {})
+                                                                .get(node, node))))
         except ActionError as exc:
             return Outcome(False, None, f"cannot count free GPUs: {exc}")
         if not pools:
             return Outcome(False, None, f"{node} is in no pool the bot can count GPUs of")
         lowest = min(after for _, _, after in pools)
-        detail = "; ".join(f"{name} pool: {now} free GPUs now, {after} after taking {node} out "
-                           f"(floor {floor})" for name, now, after in pools)
-        return Outcome(lowest >= floor, lowest, detail,
-                       {"pools": {name: {"now": now, "after": after}
-                                  for name, now, after in pools}, "floor": floor})
+        details, passed, below_site = [], True, False
+        for name, now, after in pools:
+            site = self._site[name]
+            pool_floor = max(floor, site)
+            passed = passed and after >= pool_floor
+            below_site = below_site or after < site
+            whose = (f", the site floor (guards.min_free_gpus.{name.lower()}); the runbook "
+                     f"asks for {floor}" if site > floor else "")
+            details.append(f"{name} pool: {now} free GPUs now, {after} after taking {node} "
+                           f"out (floor {pool_floor}{whose})")
+        return Outcome(passed, lowest, "; ".join(details),
+                       {"pools": {name: {"now": now, "after": after, "site_floor": self._site[name]}
+                                  for name, now, after in pools}, "floor": floor,
+                        "below_site_floor": below_site})
 
     def _slurm_free(self, node: str) -> tuple[int, int]:
         assert self._slurm is not None
@@ -79,3 +102,9 @@ class CapacityEvaluator:
                 if n.ready and not n.unschedulable}
         now = sum(free.values())
         return now, now - free.get(node, 0)
+
+
+def _within(backend: Any, until: float) -> AbstractContextManager[None]:
+    """The backend's requests end by ``until`` where it can bound them (``deadline``)."""
+    deadline = getattr(backend, "deadline", None)
+    return deadline(until) if deadline is not None else nullcontext()

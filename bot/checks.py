@@ -2,7 +2,9 @@
 
 Checks fail closed: no data, an unreachable system or a kind this bot is not
 configured for fails the check with the reason; it never passes it. A check
-with ``for`` must hold at every poll for that long.
+with ``for`` must hold at every poll for that long. A check that waits (``within``,
+``for``) looks at the caller's ``stopping`` at least every second and, when asked to
+stop, fails with ``stopped`` set (the engine tells that from a check that failed).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from adapters.actions import ActionError
+from adapters.actions import MAX_PAUSE, ActionError
 from adapters.host import HostCommand, run_check_command
 from bot.durations import format_duration, parse_duration
 from bot.model import EXPECT
@@ -30,12 +32,22 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 }
 
 
+STOPPED = "stopped: the execution was asked to stop (cancelled, or no longer driven here)"
+
+
 @dataclass(frozen=True)
 class Outcome:
     passed: bool
     value: Any
     detail: str
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # the check did not finish because the caller asked to stop (never passed); extra
+    # carries {"stopped": True} too, for the audit log
+    stopped: bool = False
+
+
+def _never() -> bool:
+    return False
 
 
 class Evaluator(Protocol):
@@ -68,7 +80,11 @@ class CommandEvaluator:
             return Outcome(False, None, str(exc))
         passed = compare(code, check.expect or "== 0")
         tail = output.strip().splitlines()[-1:] or [""]
-        return Outcome(passed, code, f"exit code {code} (expect {check.expect}) {tail[0]}".strip(),
+        # name what ran: "Error: unhealthy cluster" alone does not say which system failed
+        program = Path(command.argv[0]).name + (f": {command.description}"
+                                                if command.description else "")
+        return Outcome(passed, code, f"{name} ({program}) exit code {code} (expect "
+                                     f"{check.expect}) {tail[0]}".strip(),
                        {"argv": command.argv, "output": output})
 
 
@@ -101,8 +117,28 @@ class Checks:
         self._evaluators = dict(evaluators)
         self._sleep = sleep
 
-    def evaluate(self, check: PlannedCheck, poll_seconds: float = 2.0) -> Outcome:
-        """One verdict: passes at once (or within ``within``), then holds ``for`` if asked."""
+    def _pause(self, seconds: float, stopping: Callable[[], bool]) -> bool:
+        """Sleep ``seconds`` in slices of at most MAX_PAUSE; False once ``stopping()``."""
+        end = time.monotonic() + seconds
+        while not stopping():
+            left = end - time.monotonic()
+            if left <= 0:
+                return True
+            self._sleep(min(left, MAX_PAUSE))
+        return False
+
+    @staticmethod
+    def _stopped(outcome: Outcome, waiting: str) -> Outcome:
+        return Outcome(False, outcome.value, f"{STOPPED} while {waiting}; last seen: "
+                       f"{outcome.detail}", {**outcome.extra, "stopped": True}, stopped=True)
+
+    def evaluate(self, check: PlannedCheck, poll_seconds: float = 2.0,
+                 stopping: Callable[[], bool] = _never) -> Outcome:
+        """One verdict: passes at once (or within ``within``), then holds ``for`` if asked.
+
+        While waiting, ``stopping`` is looked at at least every second (the check is still
+        evaluated every ``poll_seconds``); once it says so the verdict is a failure with
+        ``stopped`` set."""
         evaluator = self._evaluators.get(check.kind)
         if evaluator is None:
             return Outcome(
@@ -112,7 +148,10 @@ class Checks:
         deadline = give_up + check.for_seconds + check.timeout_seconds
         outcome = evaluator(check, deadline)
         while not outcome.passed and time.monotonic() < give_up:
-            self._sleep(min(poll_seconds, max(0.0, give_up - time.monotonic())))
+            if not self._pause(min(poll_seconds, max(0.0, give_up - time.monotonic())),
+                               stopping):
+                return self._stopped(
+                    outcome, f"waiting up to {format_duration(check.within_seconds)}")
             outcome = evaluator(check, deadline)
         if not outcome.passed:
             if check.within_seconds:
@@ -124,7 +163,10 @@ class Checks:
             return outcome
         held_until = time.monotonic() + check.for_seconds
         while time.monotonic() < held_until:
-            self._sleep(min(poll_seconds, max(0.0, held_until - time.monotonic())))
+            if not self._pause(min(poll_seconds, max(0.0, held_until - time.monotonic())),
+                               stopping):
+                return self._stopped(
+                    outcome, f"checking it holds for {format_duration(check.for_seconds)}")
             outcome = evaluator(check, deadline)
             if not outcome.passed:
                 return Outcome(False, outcome.value, f"stopped holding: {outcome.detail}",

@@ -7,8 +7,8 @@ commands, so ``runbook run selftest`` works on a fresh install.
 
 from __future__ import annotations
 
-import getpass
 import os
+import pwd
 import sys
 from pathlib import Path
 from typing import Literal
@@ -102,6 +102,23 @@ class ServerConfig(BaseModel):
     port: int = Field(default=8080, ge=1, le=65535)
 
 
+class PoolFloors(BaseModel):
+    """Free GPUs each pool must keep after a capacity check, whatever the request says."""
+
+    model_config = ConfigDict(extra="forbid")
+    slurm: int = Field(default=0, ge=0)
+    kubernetes: int = Field(default=0, ge=0)
+
+
+class GuardsConfig(BaseModel):
+    """Site floors under the runbooks' guards: no parameter lowers them and break-glass does
+    not override them (README "Configuration")."""
+
+    model_config = ConfigDict(extra="forbid")
+    # capacity checks use max(the runbook's min_free_gpus_after, this pool's floor)
+    min_free_gpus: PoolFloors = Field(default_factory=PoolFloors)
+
+
 class EngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     lease_seconds: float = Field(default=30.0, gt=0)  # a dead engine's executions move after this
@@ -109,6 +126,12 @@ class EngineConfig(BaseModel):
     lock_ttl_seconds: float = Field(default=4 * 3600.0, gt=0)
     default_step_timeout: str = "1h"
     max_parallel: int = Field(default=8, ge=1, le=256)  # executions one engine drives at once
+    # a step asked to stop (cancel, timeout, lost claim) that has not returned after this
+    # long leaves the execution held for a person; undo never runs beside it
+    stop_grace_seconds: float = Field(default=10.0, gt=0)
+    # how far apart the clocks of two replicas may be: a step under way in an engine that
+    # stopped is run again only this long after that engine's lease ran out
+    clock_skew_seconds: float = Field(default=1.0, ge=0)
 
 
 SECRET_KEYS = ("token", "bot_token", "app_token", "signing_secret", "secret")
@@ -201,6 +224,7 @@ class Config(BaseModel):
     host_commands: dict[str, HostCommand] = Field(default_factory=default_host_commands)
     inventory: InventoryConfig = Field(default_factory=InventoryConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    guards: GuardsConfig = Field(default_factory=GuardsConfig)  # site floors
     mariadb: MariaDBConfig | None = None  # enables mariadb.dump / mariadb.restore
     slurm: SlurmConfig | None = None  # enables slurm.* actions and slurm checks
     kubernetes: KubernetesConfig | None = None  # enables k8s.* and gpu_operator.* actions
@@ -282,8 +306,12 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 
 
 def current_user() -> str:
-    """The OS user: the identity of a terminal request unless a lab config allows --as."""
+    """The OS account of this process: the identity of a terminal request (unless a lab
+    configuration allows --as). It is the real uid's name in the password database, never
+    LOGNAME, USER, LNAME or USERNAME: anyone can set those, and getpass.getuser() reads them
+    first, so one account could request as one name and approve as another."""
+    uid = os.getuid()
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return f"uid{os.getuid()}"
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # no passwd entry (a container's arbitrary uid): still not settable
+        return f"uid{uid}"

@@ -3,7 +3,13 @@
 States: ``awaiting_approval`` -> ``approved`` -> ``running`` (stages pre_checks,
 steps, post_checks) -> ``succeeded``; or ``undoing`` -> ``failed`` / ``cancelled``;
 ``denied`` and ``expired`` end a request before anything ran; ``held`` waits for
-a person after an engine died under a ``resume: manual`` runbook.
+a person (an engine died in a step that must not be re-run blindly, a step did not
+stop after its timeout, the execution lost its locks).
+
+Every change of an execution row is a compare-and-set (``update_if``): it names what
+the writer expects to find (a state, the engine's claim epoch) and applies only when
+the row still is so, bumping ``row_version``. The caller writes its audit event in the
+same transaction, so a decision that lost a race leaves no trace but its refusal.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ class Execution:
     fencing_token: int
     error: str | None
     finished_at: str | None
+    row_version: int = 0
+    epoch: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -100,19 +108,43 @@ def create(conn: Connection, plan: Plan, user: str, resume: str, deadline: float
 
 
 def set_fields(conn: Connection, execution_id: int, **fields: Any) -> None:
+    """An unconditional write: only for rows nobody else can see yet (a new request)."""
     conn.execute(update(executions).where(executions.c.id == execution_id).values(**fields))
+
+
+def update_if(conn: Connection, execution_id: int, expect: Mapping[str, Any],
+              **fields: Any) -> bool:
+    """Compare-and-set: write ``fields`` only when every column in ``expect`` still has
+    its value (a set or frozenset of values: any of them). True when it was written.
+
+    On PostgreSQL the UPDATE also locks the row until the transaction ends, so a second
+    writer waits and then finds the row as the first left it."""
+    query = update(executions).where(executions.c.id == execution_id)
+    for column, value in expect.items():
+        if isinstance(value, (set, frozenset)):
+            query = query.where(executions.c[column].in_(sorted(value)))
+        else:
+            query = query.where(executions.c[column] == value)
+    values = {**fields, "row_version": executions.c.row_version + 1}
+    return bool(conn.execute(query.values(**values)).rowcount)
 
 
 def finish(
     conn: Connection, ex: Execution, state: str, actor: str, error: str | None = None,
-    **data: Any,
-) -> None:
-    """End an execution: final state, locks released, the ending in the audit log."""
-    set_fields(conn, ex.id, state=state, error=error, finished_at=now_iso(), owner=None,
-               lease_until=None)
+    *, expect: Mapping[str, Any] | None = None, **data: Any,
+) -> bool:
+    """End an execution when it still is as ``expect`` says (default: not ended): final
+    state, locks released, the ending in the audit log. False, with nothing written, when
+    the row had changed."""
+    guard = dict(expect) if expect is not None else {"state": ACTIVE | {"held"}}
+    ended = update_if(conn, ex.id, guard, state=state, error=error, finished_at=now_iso(),
+                      owner=None, lease_until=None)
+    if not ended:
+        return False
     released = locking.release(conn, ex.id)
     audit.append(conn, "finished", actor,
                  {"state": state, "error": error, "locks_released": released, **data}, ex.id)
+    return True
 
 
 def approvals_for(conn: Connection, execution_id: int, plan_hash: str) -> list[str]:
@@ -128,6 +160,8 @@ def approvals_for(conn: Connection, execution_id: int, plan_hash: str) -> list[s
 
 def record_decision(conn: Connection, execution_id: int, user: str, decision: str,
                     plan_hash: str, reason: str | None) -> None:
+    """One decision per (execution, user, plan hash): the database refuses a second one
+    (IntegrityError), whatever raced to record it."""
     conn.execute(approvals.insert().values(
         execution_id=execution_id, user=user, decision=decision, plan_hash=plan_hash,
         at=now_iso(), reason=reason,

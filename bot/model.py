@@ -22,6 +22,10 @@ EXPECT = re.compile(r"^\s*(==|!=|<=|>=|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
 
 CHECK_KINDS = ("promql", "command", "capacity", "alerts", "file", "slurm")
 ParamType = Literal["node", "nodes", "text", "int", "bool", "duration", "enum", "version"]
+# How a parameter weakens a guard (a check's floor, a blast-radius limit, a safer way of
+# working): "lower" (a value below its default), "higher" (above it), "changed" (any other
+# value). Such a value makes the request break-glass: see README "Writing runbooks".
+WeakensGuard = Literal["lower", "higher", "changed"]
 Risk = Literal["low", "medium", "high"]
 
 
@@ -48,6 +52,7 @@ class ParamSpec(Strict):
     max: float | None = None
     choices: list[str] | None = None
     pattern: str | None = None
+    weakens_guard: WeakensGuard | None = None
 
     @field_validator("min", "max", mode="before")
     @classmethod
@@ -65,6 +70,13 @@ class ParamSpec(Strict):
             raise ValueError("choices only apply to enum parameters")
         if self.required and self.default is not None:
             raise ValueError("a required parameter cannot have a default")
+        if self.weakens_guard is not None:
+            if self.default is None:
+                raise ValueError("a parameter that weakens a guard needs a default (the value "
+                                 "that keeps the guard as the runbook means it)")
+            if self.weakens_guard != "changed" and self.type not in ("int", "duration"):
+                raise ValueError(f'weakens_guard: {self.weakens_guard} applies to int and '
+                                 f'duration parameters; use "changed" for a {self.type}')
         if self.pattern is not None:
             try:
                 re.compile(self.pattern)
@@ -143,6 +155,9 @@ class StepSpec(Strict):
     when: str | None = None
     undo: UndoSpec | None = None
     undo_if_failed: bool = False  # also undo this step when it fails (it may have half-run)
+    # may the engine run it again after a crash in it? default: what the action says
+    # (host.run, chat.confirm and mariadb.restore say no); no: held for a person instead
+    idempotent: bool | None = None
     timeout: Duration | None = None
     retries: int = Field(default=0, ge=0, le=10)
     retry_delay: Duration = "5s"

@@ -6,8 +6,12 @@
 
     alerts: {node: "{{ node }}", severity: critical}   # no such alert may be firing
 
-No data fails a promql check ("no data for <query>"); Prometheus or Alertmanager not
-answering fails it with the reason. Pending alerts are reported, never fatal.
+Every series of a promql check is judged on its own, by its whole label set
+(adapters.prometheus.verdict): one failing series fails the check, whatever labels it
+shares with passing ones, and the failure names each failing series (the first
+``MAX_SHOWN``) with its value. No data fails a promql check ("no data for <query>");
+Prometheus or Alertmanager not answering fails it with the reason. Pending alerts are
+reported, never fatal.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ from typing import Any
 
 from adapters.actions import ActionError
 from adapters.alertmanager import AlertmanagerBackend
-from adapters.prometheus import Expectation, PrometheusBackend
+from adapters.prometheus import Expectation, PrometheusBackend, judge
+from adapters.prometheus.verdict import SHOWN
 from bot.checks import Outcome
 from bot.planning import PlannedCheck
 
-MAX_SHOWN = 8  # series named in a verdict
+MAX_SHOWN = SHOWN  # failing series named in a verdict
 
 
 class PromqlEvaluator:
@@ -34,15 +39,16 @@ class PromqlEvaluator:
             samples = self._backend.query(query, timeout=check.timeout_seconds)
         except ActionError as exc:
             return Outcome(False, None, str(exc))
-        if not samples:
+        verdict = judge(samples, expect)
+        if not verdict.samples:
             return Outcome(False, None, f"no data for {query}")
-        values = {_name(s.labels): s.value for s in samples}
-        wrong = {name: value for name, value in values.items() if not expect(value)}
-        shown = dict(list((wrong or values).items())[:MAX_SHOWN])
-        if wrong:
-            return Outcome(False, shown, f"{len(wrong)} of {len(values)} series not {expect}: "
-                                         + ", ".join(f"{k} {v:g}" for k, v in shown.items()))
-        return Outcome(True, shown, f"{len(values)} series {expect}")
+        if not verdict.passed:
+            failing = {s.series_text(): s.value for s in verdict.failing[:MAX_SHOWN]}
+            return Outcome(False, failing, verdict.failure())
+        values = [s.value for s in verdict.samples]
+        seen: Any = values[0] if len(values) == 1 else {
+            "series": len(values), "min": min(values), "max": max(values)}
+        return Outcome(True, seen, f"{len(values)} series {expect}")
 
 
 class AlertsEvaluator:
@@ -77,8 +83,3 @@ class AlertsEvaluator:
             if a.get("state") == "pending"
             and all(a.get("labels", {}).get(k) == v for k, v in labels.items())
         })
-
-
-def _name(labels: dict[str, Any]) -> str:
-    shown = {k: v for k, v in labels.items() if k in ("Hostname", "hostname", "node", "gpu")}
-    return "{" + ",".join(f"{k}={v}" for k, v in sorted(shown.items())) + "}" if shown else "{}"

@@ -127,6 +127,57 @@ def default_problem(spec: ParamSpec) -> str | None:
     return problems[0].removeprefix("default: ") if problems else None
 
 
+@dataclass(frozen=True)
+class WeakenedGuard:
+    """A request value that weakens a guard its runbook marks (``weakens_guard``): the
+    request is break-glass. ``default`` and ``value`` are as the plan shows them."""
+
+    param: str
+    weakens: str  # lower | higher | changed (the runbook's marking)
+    default: Any
+    value: Any
+    guard: str = ""  # the parameter's description: what it guards
+
+    def describe(self) -> str:
+        how = {"lower": "lower than", "higher": "higher than"}.get(self.weakens, "not")
+        what = f" ({self.guard})" if self.guard else ""
+        return (f"{self.param}={_shown(self.value)} weakens a guard{what}: it is {how} its "
+                f"default {_shown(self.default)}")
+
+
+def weakened_guards(runbook: Runbook, values: Mapping[str, Any],
+                    inventory: Inventory) -> list[WeakenedGuard]:
+    """The parameters of ``values`` (as ``validate`` returns them) that weaken a guard: below
+    their default when marked ``lower``, above it when ``higher``, other than it when
+    ``changed``."""
+    found: list[WeakenedGuard] = []
+    for name, spec in runbook.params.items():
+        if spec.weakens_guard is None or spec.default is None:
+            continue
+        problems: list[str] = []
+        default = _convert(name, spec, spec.default, inventory, problems)
+        value = values.get(name)
+        if problems or value is None:  # validate refused it already; never pass silently
+            raise ParamError(problems or [f"{name} has no value"])
+        if spec.weakens_guard == "lower":
+            weaker = value < default
+        elif spec.weakens_guard == "higher":
+            weaker = value > default
+        else:
+            weaker = value != default
+        if weaker:
+            shown = jsonable({"default": default, "value": value})
+            found.append(WeakenedGuard(name, spec.weakens_guard, shown["default"],
+                                       shown["value"], spec.description))
+    return found
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def jsonable(values: Mapping[str, Any]) -> dict[str, Any]:
     """Parameter values as JSON can hold them (durations as their written form)."""
     return {k: str(v) if isinstance(v, Duration) else v for k, v in values.items()}

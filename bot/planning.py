@@ -5,12 +5,17 @@ arguments and the operations its action says it will perform, the undo of each
 step, the locks, the checks and the approval policy; its hash is the sha256 of
 its canonical JSON. An approval binds to that hash: if planning again at run
 time gives another hash, the approval no longer applies.
+
+The locks are the runbook's own ``locks:`` plus ``node:NAME`` for every node the
+request names in a parameter of type ``node`` or ``nodes`` (hostlists expanded, by
+the bot's own node names: the inventory's), whatever the runbook says: every node a
+plan touches is locked, one lock per node, at most ``MAX_PLAN_NODES`` of them.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,6 +23,7 @@ from pydantic import ValidationError
 
 from adapters.actions import ActionError
 from adapters.prometheus.promql import escape_label_value
+from adapters.slurm import hostlist
 from bot import templating
 from bot.audit import canonical
 from bot.catalogue import Catalogue, NotConfigured
@@ -25,11 +31,15 @@ from bot.config import Config
 from bot.durations import parse_duration
 from bot.loading import LoadedRunbook
 from bot.model import DEFAULT_REQUIRED, CheckSpec, Runbook
-from bot.params import Inventory, jsonable
+from bot.params import Inventory, WeakenedGuard, jsonable
 
 
 class PlanError(Exception):
     """The runbook cannot be planned with these values; nothing was done."""
+
+
+# One node:NAME lock per node: a plan over more nodes than this is refused (split it).
+MAX_PLAN_NODES = 4096
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,7 @@ class PlannedStep:
     timeout_seconds: float
     retries: int
     retry_delay_seconds: float
+    idempotent: bool = True  # False: after a crash in it, held for a person, never re-run
 
 
 @dataclass(frozen=True)
@@ -93,16 +104,21 @@ class Plan:
     steps: list[PlannedStep]
     post_checks: list[PlannedCheck]
     on_failure: str
-    break_glass: bool = False  # the capacity guard is overridden, for one extra approval
+    # break-glass, for one extra approval: the runbook's capacity floor may be overridden
+    # (never the site floor), and the parameters in weakened_guards weaken a guard
+    break_glass: bool = False
     # windows: required, and no open maintenance window covers the nodes: one extra approval
     outside_window: bool = False
     hash: str = field(default="", compare=False)
+    weakened_guards: list[WeakenedGuard] = field(default_factory=list)
 
     def body(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("hash")
         if not data["outside_window"]:  # absent unless set: other plans keep their hashes
             data.pop("outside_window")
+        if not data["weakened_guards"]:  # likewise
+            data.pop("weakened_guards")
         return data
 
     def to_json(self) -> str:
@@ -140,6 +156,7 @@ def make_plan(
     default_timeout = parse_duration(config.engine.default_step_timeout)
     try:
         locks = [str(templating.render(lock, context)) for lock in runbook.locks]
+        locks += node_locks(runbook_nodes(loaded, values))
         steps = [_plan_step(step, context, catalogue, default_timeout) for step in runbook.steps]
         pre = [_plan_check(c, context) for c in runbook.pre_checks]
         post = [_plan_check(c, context) for c in runbook.post_checks]
@@ -161,12 +178,40 @@ def make_plan(
     return _with_hash(plan)
 
 
-def with_break_glass(plan: Plan) -> Plan:
-    """The same plan with the capacity guard overridden: one more approval is needed."""
+def runbook_nodes(loaded: LoadedRunbook, values: Mapping[str, Any]) -> set[str]:
+    """The nodes a request names: the values of its ``node`` and ``nodes`` parameters
+    (hostlists expanded), as the bot names them (``params.validate`` checked them against
+    the inventory)."""
+    found: set[str] = set()
+    for name, spec in loaded.runbook.params.items():
+        value = values.get(name)
+        if value and spec.type == "node":
+            found.add(str(value))
+        elif value and spec.type == "nodes":
+            found.update(hostlist.expand(str(value)))
+    return found
+
+
+def node_locks(nodes: set[str]) -> list[str]:
+    """``node:NAME`` for each node, sorted; PlanError beyond ``MAX_PLAN_NODES``."""
+    if len(nodes) > MAX_PLAN_NODES:
+        raise PlanError(
+            f"the request names {len(nodes)} nodes; a plan may touch at most "
+            f"{MAX_PLAN_NODES} (it locks each node it touches): split it into smaller "
+            "hostlists")
+    return [f"node:{node}" for node in sorted(nodes)]
+
+
+def with_break_glass(plan: Plan, weakened: Sequence[WeakenedGuard] = ()) -> Plan:
+    """The same plan as break-glass: the runbook's capacity floor may be overridden and the
+    ``weakened`` parameters weaken a guard; one more approval is needed (once, whatever the
+    reasons)."""
     policy = plan.approval
+    required = policy.required if plan.break_glass else policy.required + 1
     data = {**plan.__dict__, "break_glass": True,
-            "approval": ApprovalPolicy(policy.required + 1, policy.approvers,
-                                       policy.self_approval, policy.expires_seconds)}
+            "weakened_guards": [*plan.weakened_guards, *weakened],
+            "approval": ApprovalPolicy(required, policy.approvers, policy.self_approval,
+                                       policy.expires_seconds)}
     return _with_hash(Plan(**data))
 
 
@@ -202,6 +247,7 @@ def plan_from_json(data: Mapping[str, Any]) -> Plan:
             "pre_checks": [check(c) for c in data["pre_checks"]],
             "steps": [step(s) for s in data["steps"]],
             "post_checks": [check(c) for c in data["post_checks"]],
+            "weakened_guards": [WeakenedGuard(**g) for g in data.get("weakened_guards", [])],
         }
     )
 
@@ -254,7 +300,18 @@ def _plan_step(
         timeout_seconds=parse_duration(step.timeout) if step.timeout else default_timeout,
         retries=step.retries,
         retry_delay_seconds=parse_duration(step.retry_delay),
+        idempotent=_idempotent(step, catalogue),
     )
+
+
+def _idempotent(step: Any, catalogue: Catalogue) -> bool:
+    if step.idempotent is not None:
+        return bool(step.idempotent)
+    try:
+        action = catalogue.get(step.action)
+    except NotConfigured:
+        return True  # a skipped step of an action not configured here: never runs
+    return bool(getattr(action, "idempotent", True))
 
 
 def _plan_check(check: CheckSpec, context: Mapping[str, Any]) -> PlannedCheck:

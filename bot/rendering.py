@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from bot import locking
 from bot.durations import format_duration
 from bot.executions import Execution
 from bot.loading import LoadedRunbook
@@ -16,12 +17,14 @@ def plan_text(plan: Plan) -> str:
     lines = [
         f"plan for {plan.runbook} {plan.version} (risk {plan.risk})",
         "parameters: " + params_text(plan.params),
-        "locks: " + (", ".join(plan.locks) or "none"),
+        "locks: " + (", ".join(locking.compact(plan.locks)) or "none"),
         "approval: " + plan.approval.describe()
-        + (" (break-glass: the capacity guard is overridden)" if plan.break_glass else "")
+        + (" (break-glass: one more approval; the runbook's capacity floor is overridden, "
+           "never the site floor)" if plan.break_glass else "")
         + (" (outside a maintenance window: the runbook requires one, so one more approval)"
            if plan.outside_window else ""),
     ]
+    lines += [f"break-glass: {guard.describe()}" for guard in plan.weakened_guards]
     lines += _checks("pre-checks", plan.pre_checks)
     lines.append("steps:")
     for number, step in enumerate(plan.steps, 1):
@@ -76,6 +79,9 @@ def describe_text(loaded: LoadedRunbook, policy: str) -> str:
         flags = "required" if spec.required else (
             f"default {spec.default}" if spec.default is not None else "optional")
         extra = f" one of {', '.join(spec.choices)}" if spec.choices else ""
+        if spec.weakens_guard is not None:
+            how = {"lower": "a lower", "higher": "a higher"}.get(spec.weakens_guard, "any other")
+            flags += f"; {how} value weakens a guard: break-glass"
         lines.append(f"  {name} ({spec.type}, {flags}){extra}: {spec.description}".rstrip(": "))
     lines.append(f"approval: {policy}")
     lines.append("steps: " + ", ".join(f"{s.id} [{s.action}]" for s in rb.steps))

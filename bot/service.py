@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import difflib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine
@@ -27,17 +28,18 @@ from bot.catalogue import Catalogue
 from bot.checks import Checks
 from bot.config import Config
 from bot.executions import Execution
-from bot.loading import LoadedRunbook, RunbookError, load_all
+from bot.loading import LoadedRunbook, RunbookError, load_all, load_text
 from bot.planning import (
     ApprovalPolicy,
     Plan,
     PlanError,
     make_plan,
+    runbook_nodes,
     with_break_glass,
     with_outside_window,
 )
 from bot.store import db
-from bot.store.schema import maintenance_windows
+from bot.store.schema import approvals, maintenance_windows, runbook_versions
 
 
 class Refused(Exception):
@@ -66,6 +68,7 @@ class Bot:
     warnings: list[str] = field(default_factory=list)  # e.g. a pool that could not be listed
     backends: dict[str, Any] = field(default_factory=dict)  # for read-only views (node view)
     _runbooks: dict[str, LoadedRunbook] | None = None
+    _pinned: dict[tuple[str, str, str], LoadedRunbook] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: Config) -> Bot:
@@ -111,21 +114,57 @@ class Bot:
             )
         return found[name]
 
+    def pinned(self, name: str, version: str, content_hash: str) -> LoadedRunbook:
+        """The runbook version an execution was requested with, from the text the database
+        keeps of every version (the file may have moved on since)."""
+        current = self.runbooks().get(name)
+        if current is not None and (current.runbook.version, current.content_hash) == (
+                version, content_hash):
+            return current
+        key = (name, version, content_hash)
+        if key not in self._pinned:
+            with self.engine.connect() as conn:
+                source = conn.execute(sa_select(runbook_versions.c.source).where(
+                    runbook_versions.c.name == name, runbook_versions.c.version == version,
+                    runbook_versions.c.content_hash == content_hash)).scalar()
+            if source is None:
+                raise Refused(f"{name} {version} (content {content_hash[:12]}…) is not in the "
+                              "database's record of runbook versions: request it again")
+            try:
+                loaded = load_text(source, Path(f"{name}-{version}.yaml"),
+                                   self.catalogue.arguments())
+            except RunbookError as exc:
+                raise Refused(f"{name} {version} no longer loads: {exc}") from exc
+            if loaded.content_hash != content_hash:
+                raise Refused(f"{name} {version}: the recorded text does not match its content "
+                              "hash")
+            self._pinned[key] = loaded
+        return self._pinned[key]
+
+    def replan(self, ex: Execution) -> Plan:
+        """Plan an execution again: its pinned runbook version, its parameters, today's
+        facts (inventory, capacity, windows, what the bot did before)."""
+        loaded = self.pinned(ex.runbook, ex.version, ex.content_hash)
+        given = {k: _text(v) for k, v in ex.params.items() if v is not None}
+        return self.plan(ex.runbook, given, break_glass=ex.plan.break_glass, loaded=loaded)
+
     # --- planning and requests ------------------------------------------------------
 
     def plan(self, name: str, raw: Mapping[str, str], *, break_glass: bool = False,
-             window: frozenset[str] | None = None) -> Plan:
+             window: frozenset[str] | None = None, loaded: LoadedRunbook | None = None) -> Plan:
         """``window``: plan as if a maintenance window over these nodes were open (a
-        window plans the runbooks it will run inside itself)."""
-        loaded = self.runbook(name)
+        window plans the runbooks it will run inside itself). ``loaded``: plan this
+        version of the runbook rather than the current file (an execution's pinned one)."""
+        loaded = loaded or self.runbook(name)
         try:
             values = params.validate(loaded.runbook, raw, self.inventory)
+            weakened = params.weakened_guards(loaded.runbook, values, self.inventory)
             plan = make_plan(loaded, values, self.inventory, self.catalogue, self.config,
                              self._audit_facts(loaded))
         except (params.ParamError, PlanError) as exc:
             raise Refused(f"{name}: {exc}") from exc
         plan = self._guard_window(loaded, plan, window)
-        return self._guard_capacity(name, plan, break_glass)
+        return self._guard_capacity(name, plan, break_glass, weakened)
 
     def _guard_window(self, loaded: LoadedRunbook, plan: Plan,
                       window: frozenset[str] | None) -> Plan:
@@ -142,18 +181,29 @@ class Bot:
             return plan
         return with_outside_window(plan)
 
-    def _guard_capacity(self, name: str, plan: Plan, break_glass: bool) -> Plan:
-        """Refuse a plan that would take the pool under its GPU floor, unless break-glass."""
+    def _guard_capacity(self, name: str, plan: Plan, break_glass: bool,
+                        weakened: Sequence[params.WeakenedGuard] = ()) -> Plan:
+        """Break-glass guards. Refuse a plan that would take the pool under its GPU floor,
+        or whose parameters weaken a guard the runbook marks (``weakens_guard``), unless the
+        requester asked for break-glass: then one more approval. A pool under the site floor
+        (``guards.min_free_gpus``) is refused whatever was asked."""
         short = [(check, self.checks.evaluate(check)) for check in plan.pre_checks
                  if check.kind == "capacity" and not check.skipped]
-        failing = [f"{check.name}: {outcome.detail}" for check, outcome in short
+        under_site = [f"{check.name}: {outcome.detail}" for check, outcome in short
+                      if not outcome.passed and outcome.extra.get("below_site_floor")]
+        if under_site:
+            raise Refused(f"{name}: the site floor: {'; '.join(under_site)}. The site floor "
+                          "(guards.min_free_gpus in the configuration) is never lowered, not "
+                          "even by break-glass")
+        reasons = [f"capacity guard: {check.name}: {outcome.detail}" for check, outcome in short
                    if not outcome.passed]
-        if not failing:
+        reasons += [guard.describe() for guard in weakened]
+        if not reasons:
             return plan
         if not break_glass:
-            raise Refused(f"{name}: capacity guard: {'; '.join(failing)}. To go ahead anyway "
-                          "ask for break-glass (--break-glass): it needs one more approval")
-        return with_break_glass(plan)
+            raise Refused(f"{name}: {'; '.join(reasons)}. To go ahead anyway ask for "
+                          "break-glass (--break-glass): it needs one more approval")
+        return with_break_glass(plan, weakened)
 
     def _audit_facts(self, loaded: LoadedRunbook) -> dict[str, Any]:
         """Facts from what the bot did before; looked up only for runbooks that use them
@@ -166,7 +216,8 @@ class Bot:
     def request(self, name: str, raw: Mapping[str, str], user: str, source: str = "cli",
                 *, configured: bool = False, break_glass: bool = False,
                 preapproved: Preapproval | None = None,
-                also: Callable[[Connection, int], None] | None = None) -> int:
+                also: Callable[[Connection, int], None] | None = None,
+                window_id: int | None = None) -> int:
         """Validate, plan and record a run request; returns the execution ID.
 
         ``configured``: the configuration itself asks (an alert rule with auto_run), so
@@ -174,8 +225,10 @@ class Bot:
         ``preapproved``: approvals collected ahead (schedules, windows); see Preapproval.
         ``also``: runs inside the request's transaction with the new execution ID (a
         schedule records its run there: recorded once with its execution, or not at all).
+        ``window_id``: that maintenance window itself asks (a runbook inside it, its
+        close-window): the run may take the node locks the window holds (bot.locking).
         """
-        extras = _Extras(preapproved, also)
+        extras = _Extras(preapproved, also, window_id)
         try:
             return self._request(name, raw, user, source, configured, break_glass, extras)
         except (Refused, locking.LockConflict, RunbookError) as exc:
@@ -209,7 +262,8 @@ class Bot:
                         extras: _Extras) -> int:
         with self.engine.begin() as conn:
             execution_id = executions.create(conn, plan, user, loaded.runbook.resume, deadline)
-            token = locking.acquire(conn, plan.locks, execution_id, user, lock_until, now)
+            token = locking.acquire(conn, plan.locks, execution_id, user, lock_until, now,
+                                    window_id=extras.window_id)
             executions.set_fields(conn, execution_id, fencing_token=token)
             audit.append(conn, "requested", user, {
                 "runbook": plan.runbook, "version": plan.version,
@@ -279,43 +333,79 @@ class Bot:
     # --- decisions ----------------------------------------------------------------------
 
     def approve(self, execution_id: int, user: str) -> Execution:
+        """Record one approval of the plan the approver saw; enough of them approve the
+        execution. The decision is a compare-and-set on the execution row: an approval
+        racing a denial, an expiry or a changed plan is refused with what it found."""
         self.get(execution_id)  # ends it first if its approval window has passed
-        with self.engine.begin() as conn:
-            ex = self._awaiting(conn, execution_id, user, "approve")
-            policy = ex.plan.approval
-            problem = self._may_decide(ex, user)
-            already = executions.approvals_for(conn, ex.id, ex.plan_hash)
-            if problem is None and user in already:
-                problem = f"{user} has already approved execution {ex.id}"
-            if problem is not None:
-                audit.append(conn, "approval_refused", user, {"reason": problem}, ex.id)
-                refusal = Refused(problem)
-            else:
-                executions.record_decision(conn, ex.id, user, "approve", ex.plan_hash, None)
-                count = len(already) + 1
-                audit.append(conn, "approved", user, {
-                    "plan_hash": ex.plan_hash, "approvals": count, "required": policy.required,
-                }, ex.id)
-                if count >= policy.required:
-                    executions.set_fields(conn, ex.id, state="approved")
-                return executions.get(conn, ex.id)
+        try:
+            with self.engine.begin() as conn:
+                ex = self._awaiting(conn, execution_id, user, "approve")
+                problem = self._may_decide(ex, user)
+                if problem is None:
+                    problem = self._decide(conn, ex, user)
+                if problem is not None:
+                    audit.append(conn, "approval_refused", user, {"reason": problem}, ex.id)
+                    refusal = Refused(problem)
+                else:
+                    return self._count_approval(conn, ex, user)
+        except IntegrityError as exc:  # the constraint caught a second decision
+            raise Refused(f"{user} has already decided on execution {execution_id}") from exc
         raise refusal
+
+    def _decide(self, conn: Connection, ex: Execution, user: str) -> str | None:
+        """Take the execution row for this decision (compare-and-set on the state and plan
+        the decider saw); why not, or None."""
+        if not executions.update_if(conn, ex.id, {"state": "awaiting_approval",
+                                                  "plan_hash": ex.plan_hash}):
+            now = executions.get(conn, ex.id)
+            if now.plan_hash != ex.plan_hash:
+                return f"the plan of execution {ex.id} changed: look at it again"
+            return f"execution {ex.id} is {now.state}: there is nothing to decide"
+        decided = conn.execute(
+            sa_select(approvals.c.decision).where(
+                approvals.c.execution_id == ex.id, approvals.c.user == user,
+                approvals.c.plan_hash == ex.plan_hash)
+        ).scalar()
+        if decided is not None:
+            verb = "approved" if decided == "approve" else "denied"
+            return f"{user} has already {verb} execution {ex.id}"
+        return None
+
+    def _count_approval(self, conn: Connection, ex: Execution, user: str) -> Execution:
+        policy = ex.plan.approval
+        executions.record_decision(conn, ex.id, user, "approve", ex.plan_hash, None)
+        count = len(executions.approvals_for(conn, ex.id, ex.plan_hash))
+        audit.append(conn, "approved", user, {
+            "plan_hash": ex.plan_hash, "approvals": count, "required": policy.required,
+        }, ex.id)
+        if count >= policy.required:
+            executions.update_if(conn, ex.id, {"state": "awaiting_approval"}, state="approved")
+        return executions.get(conn, ex.id)
 
     def deny(self, execution_id: int, user: str, reason: str | None) -> Execution:
         self.get(execution_id)
-        with self.engine.begin() as conn:
-            ex = self._awaiting(conn, execution_id, user, "deny")
-            problem = self._may_decide(ex, user, denying=True)
-            if problem is None:
-                executions.record_decision(conn, ex.id, user, "deny", ex.plan_hash, reason)
-                audit.append(conn, "denied", user, {"plan_hash": ex.plan_hash, "reason": reason},
-                             ex.id)
-                executions.finish(conn, ex, "denied", user, f"denied by {user}: {reason or ''}")
-                return executions.get(conn, ex.id)
-            audit.append(conn, "approval_refused", user, {"reason": problem}, ex.id)
+        try:
+            with self.engine.begin() as conn:
+                ex = self._awaiting(conn, execution_id, user, "deny")
+                problem = self._may_decide(ex, user, denying=True)
+                if problem is None:
+                    problem = self._decide(conn, ex, user)
+                if problem is None:
+                    executions.record_decision(conn, ex.id, user, "deny", ex.plan_hash, reason)
+                    audit.append(conn, "denied", user,
+                                 {"plan_hash": ex.plan_hash, "reason": reason}, ex.id)
+                    executions.finish(conn, ex, "denied", user,
+                                      f"denied by {user}: {reason or ''}",
+                                      expect={"state": "awaiting_approval"})
+                    return executions.get(conn, ex.id)
+                audit.append(conn, "approval_refused", user, {"reason": problem}, ex.id)
+        except IntegrityError as exc:
+            raise Refused(f"{user} has already decided on execution {execution_id}") from exc
         raise Refused(problem)
 
     def cancel(self, execution_id: int, user: str) -> Execution:
+        """Not started: ended at once. Running: flagged; the engine stops the step under way
+        within about a second and undoes what was done. Held: undone by the next engine."""
         with self.engine.begin() as conn:
             ex = self._get(conn, execution_id)
             if ex.terminal:
@@ -323,14 +413,21 @@ class Bot:
             if not self._may_steer(ex, user):
                 raise Refused(f"{user} may not cancel execution {ex.id}: only its requester "
                               f"({ex.requested_by}) or its approvers may")
-            audit.append(conn, "cancel_requested", user, {"state": ex.state}, ex.id)
-            if ex.state in ("awaiting_approval", "approved"):
-                executions.finish(conn, ex, "cancelled", user, f"cancelled by {user}")
-            elif ex.state == "held":
-                executions.set_fields(conn, ex.id, state="undoing", cancel_requested=True)
-            else:
-                executions.set_fields(conn, ex.id, cancel_requested=True)
-            return executions.get(conn, ex.id)
+            if ex.state == "held":
+                done = executions.update_if(conn, ex.id, {"state": "held"}, state="undoing",
+                                            cancel_requested=True)
+            else:  # compare-and-set on the state we saw (a bare bump when not started)
+                started = ex.state not in ("awaiting_approval", "approved")
+                flag = {"cancel_requested": True} if started else {}
+                done = executions.update_if(conn, ex.id, {"state": ex.state}, **flag)
+            if done:
+                audit.append(conn, "cancel_requested", user, {"state": ex.state}, ex.id)
+                if ex.state in ("awaiting_approval", "approved"):
+                    executions.finish(conn, ex, "cancelled", user, f"cancelled by {user}",
+                                      expect={"state": ex.state})
+                return executions.get(conn, ex.id)
+        # the execution moved on between our read and our write: look again
+        return self.cancel(execution_id, user)
 
     def resume(self, execution_id: int, user: str) -> Execution:
         with self.engine.begin() as conn:
@@ -339,7 +436,9 @@ class Bot:
                 raise Refused(f"execution {ex.id} is {ex.state}, not held: nothing to resume")
             if not self._may_steer(ex, user):
                 raise Refused(f"{user} may not resume execution {ex.id}")
-            executions.set_fields(conn, ex.id, state="running", resume_requested=True)
+            if not executions.update_if(conn, ex.id, {"state": "held"}, state="running",
+                                        resume_requested=True):
+                raise Refused(f"execution {ex.id} changed while resuming it: look again")
             audit.append(conn, "resume_requested", user, {"stage": ex.stage}, ex.id)
             return executions.get(conn, ex.id)
 
@@ -401,27 +500,26 @@ class Bot:
 class _Extras:
     preapproved: Preapproval | None = None
     also: Callable[[Connection, int], None] | None = None
-
-
-def runbook_nodes(loaded: LoadedRunbook, values: Mapping[str, Any]) -> set[str]:
-    """The nodes a request names: the values of its ``node`` and ``nodes`` parameters."""
-    found: set[str] = set()
-    for name, spec in loaded.runbook.params.items():
-        value = values.get(name)
-        if value and spec.type == "node":
-            found.add(str(value))
-        elif value and spec.type == "nodes":
-            found.update(hostlist.expand(str(value)))
-    return found
+    window_id: int | None = None  # a run of this maintenance window: it may take its node locks
 
 
 def expire_if_due(conn: Connection, ex: Execution) -> bool:
     """End an execution whose approval window has passed; True when it did."""
     if ex.approval_deadline is None or ex.approval_deadline > time.time():
         return False
+    expect = {"state": "awaiting_approval", "approval_deadline": ex.approval_deadline}
+    if not executions.update_if(conn, ex.id, expect):  # approved or ended meanwhile
+        return False
     audit.append(conn, "expired", "bot", {"deadline": ex.approval_deadline}, ex.id)
-    executions.finish(conn, ex, "expired", "bot", "no approval before the deadline")
-    return True
+    return executions.finish(conn, ex, "expired", "bot", "no approval before the deadline",
+                             expect=expect)
+
+
+def _text(value: Any) -> str:
+    """A stored parameter value as it was given on the command line."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _clip(value: str, limit: int = 200) -> str:

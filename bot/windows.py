@@ -20,6 +20,15 @@ runbooks, so locks, audit, undo and approval work as for any runbook:
   one is waited for, and ``close-window`` deletes the reservation, uncordons what the
   window cordoned, expires the silence and reports what ran inside.
 
+A window holds its nodes while it is opening, open or closing: its open-window takes
+``node:NAME`` for each of them when it is requested (with ``window:ID``), and those node
+locks stay the window's when that execution ends, until the window ends (closed, failed,
+cancelled or missed: ``_set`` releases them on that transition). The runbooks inside and
+close-window are requested with ``window_id=ID``: each may take a node lock the window holds,
+lent to it until it ends and then back to the window (bot.locking). Anybody else's request
+on those nodes is refused, naming the window; a window does not open over a node somebody
+else holds (its open-window is refused, and the window fails saying who holds it).
+
 A start later than the misfire grace (the bot was down) is reported as missed and not
 opened late; an end is always dealt with, however late, so nothing stays cordoned.
 ``windows: required`` runbooks need one more approval outside an open window over their
@@ -39,11 +48,11 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 
 from adapters.slurm import hostlist
-from bot import ahead, audit
+from bot import ahead, audit, locking
 from bot.durations import format_duration, parse_duration
 from bot.executions import TERMINAL
 from bot.params import CONTROL, SHELLISH, ParamError, parse_assignments, split_words
-from bot.planning import approval_policy
+from bot.planning import approval_policy, runbook_nodes
 from bot.rendering import params_text
 from bot.scheduling import (
     now_utc,
@@ -53,7 +62,7 @@ from bot.scheduling import (
     utc_iso,
     zone,
 )
-from bot.service import Bot, Preapproval, Refused, runbook_nodes
+from bot.service import Bot, Preapproval, Refused
 from bot.store.db import now_iso
 from bot.store.schema import maintenance_windows, scheduled_runs
 
@@ -137,6 +146,8 @@ def _set(conn: Connection, window_id: int, **fields: Any) -> None:
             fields[key] = audit.canonical(fields[key])
     conn.execute(update(maintenance_windows).where(maintenance_windows.c.id == window_id)
                  .values(updated_at=now_iso(), **fields))
+    if fields.get("state") in ENDED:  # the window is over: so is its hold on its nodes
+        locking.release_window(conn, window_id)
 
 
 # --- parameters of open-window / close-window ---------------------------------------------
@@ -561,7 +572,8 @@ def _run_inside(bot: Bot, window: Window) -> list[str]:
         try:
             execution_id = bot.request(
                 run["runbook"], run["params"], window.created_by, source="window",
-                preapproved=Preapproval(run["plan_hash"], tuple(names), f"window {window.id}"))
+                preapproved=Preapproval(run["plan_hash"], tuple(names), f"window {window.id}"),
+                window_id=window.id)
         except Refused as exc:
             run["state"] = _clean(f"refused: {exc}")[:300]
             changed = True
@@ -621,7 +633,8 @@ def _close_step(bot: Bot, window: Window) -> list[str]:
     report = run_report(runs)
     try:
         execution_id = bot.request(CLOSE_RUNBOOK, close_params(bot, window, report),
-                                   window.created_by, source="window", configured=True)
+                                   window.created_by, source="window", configured=True,
+                                   window_id=window.id)
     except Refused as exc:
         with bot.engine.begin() as conn:
             _set(conn, window.id, report=_clean(f"{report} CLOSING REFUSED: {exc}"))

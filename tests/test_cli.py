@@ -1,10 +1,13 @@
 """The `runbook` command as people and scripts use it: exit codes, the selftest with no
-configuration, bad input, approvals from two terminals, audit tampering, and an engine killed
-with SIGKILL mid-execution whose work a new process finishes without repeating a step."""
+configuration, bad input, approvals from two terminals, audit tampering, an engine killed
+with SIGKILL mid-execution whose work a new process finishes without repeating a step, identity
+from the OS account whatever the environment says, and break-glass for a weakened guard."""
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
 import signal
 import sqlite3
 import subprocess
@@ -218,7 +221,16 @@ def test_sigkill_mid_execution_then_a_new_engine_finishes(lab_env: dict[str, str
     time.sleep(1.6)  # the dead engine's lease runs out
     engine = cli("engine", "--once", env=lab_env, timeout=120)
     assert engine.returncode == 0, engine.stderr
-    assert f"[{execution_id}] resuming" in engine.stdout
+    # host.run is not idempotent: the step under way is not re-run blindly
+    assert f"[{execution_id}] held for a person: step slow (host.run)" in engine.stdout
+    assert journal(lab_env) == ["first", "slow-start"]
+    assert cli("status", execution_id, env=lab_env).stdout.count("HELD") == 1
+
+    resumed = cli("resume", execution_id, "--as", "alice", env=lab_env)
+    assert resumed.returncode == 0, resumed.stderr
+    engine = cli("engine", "--once", env=lab_env, timeout=120)
+    assert engine.returncode == 0, engine.stderr
+    assert f"[{execution_id}] resumed" in engine.stdout
     assert journal(lab_env) == ["first", "slow-start", "slow-start", "last"]
     status = cli("status", execution_id, env=lab_env)
     assert "SUCCEEDED" in status.stdout
@@ -233,3 +245,92 @@ def _wait_for(condition: Any, seconds: float) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting")
         time.sleep(0.05)
+
+
+IDENTITY_VARIABLES = ("LOGNAME", "USER", "LNAME", "USERNAME")  # what getpass.getuser() reads
+
+
+@pytest.fixture
+def os_env(tmp_path: Path) -> dict[str, str]:
+    """Not a lab: identity is the OS account. Anyone may request and approve (so only the
+    self-approval rule stands between a requester and their own approval)."""
+    folder = tmp_path / "runbooks"
+    folder.mkdir()
+    (folder / "guarded.yaml").write_text(yaml.safe_dump({
+        "name": "guarded", "version": "1.0.0", "summary": "cli test", "risk": "medium",
+        "params": {"node": {"type": "node", "required": True}},
+        "steps": [{"id": "first", "action": "chat.notify", "with": {"message": "hi"}}],
+    }))
+    (tmp_path / "bot.yaml").write_text(yaml.safe_dump({
+        "lab": False,
+        "database_url": f"sqlite:///{tmp_path / 'bot.db'}",
+        "runbook_paths": [str(folder)],
+        "users": LAB_USERS,
+        "requesters": ["*"],
+        "approvers": ["*"],
+        "inventory": {"nodes": NODES},
+    }))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNBOOK_")}
+    env["RUNBOOK_CONFIG"] = str(tmp_path / "bot.yaml")
+    return env
+
+
+def test_identity_is_the_os_account_not_the_environment(os_env: dict[str, str]) -> None:
+    real = pwd.getpwuid(os.getuid()).pw_name
+    assert real not in ("alice", "carol")
+    as_alice = {**os_env, **{name: "alice" for name in IDENTITY_VARIABLES}}
+    as_carol = {**os_env, **{name: "carol" for name in IDENTITY_VARIABLES}}
+    done = cli("run", "guarded", "node=gpu02", env=as_alice)
+    assert done.returncode == 0, done.stderr
+    execution_id = done.stdout.split()[1]
+    assert f"requested by {real};" in done.stdout
+    refused = cli("approve", execution_id, env=as_carol)
+    assert refused.returncode == 2, refused.stdout
+    assert (f"{real} requested execution {execution_id} and may not approve it too"
+            in refused.stderr)
+    as_flag = cli("approve", execution_id, "--as", "carol", env=as_carol)
+    assert as_flag.returncode == 2 and "lab: true" in as_flag.stderr
+    status = cli("status", execution_id, env=os_env)
+    assert "AWAITING_APPROVAL" in status.stdout and f"requested by {real} " in status.stdout
+    history = json.loads(cli("history", "--json", env=os_env).stdout)
+    assert [row["requested_by"] for row in history] == [real]
+
+
+FLOOR_RUNBOOK = {
+    "name": "floor", "version": "1.0.0", "summary": "cli test", "risk": "medium",
+    "params": {"node": {"type": "node", "required": True},
+               "min_free_gpus": {"type": "int", "default": 8, "min": 0, "weakens_guard": "lower",
+                                 "description": "free GPUs the pool must keep"}},
+    "steps": [{"id": "first", "action": "host.run",
+               "with": {"command": "mark", "args": ["floor {{ min_free_gpus }}"]}}],
+}
+WEAKENED = ("min_free_gpus=0 weakens a guard (free GPUs the pool must keep): it is lower than "
+            "its default 8")
+
+
+def test_a_weakened_guard_needs_break_glass_and_one_more_approval(
+        lab_env: dict[str, str]) -> None:
+    folder = Path(lab_env["RUNBOOK_CONFIG"]).parent / "runbooks"
+    (folder / "floor.yaml").write_text(yaml.safe_dump(FLOOR_RUNBOOK))
+    asked = ["floor", "node=gpu01", "min_free_gpus=0"]
+    for words in (["plan"], ["run", "--as", "alice"]):
+        refused = cli(*words, *asked, env=lab_env)
+        assert refused.returncode == 2, refused.stdout
+        assert WEAKENED in refused.stderr and "(--break-glass)" in refused.stderr
+    assert cli("history", "--json", env=lab_env).stdout.strip() == "[]"
+    plan = cli("plan", *asked, "--break-glass", env=lab_env)
+    assert plan.returncode == 0, plan.stderr
+    assert f"break-glass: {WEAKENED}" in plan.stdout
+    assert "approval: 2 approval(s) from group:gpu-leads" in plan.stdout
+    done = cli("run", *asked, "--break-glass", "--as", "alice", env=lab_env)
+    assert done.returncode == 0, done.stderr
+    execution_id = done.stdout.split()[1]
+    assert "awaiting approval: 2 approval(s)" in done.stdout
+    first = cli("approve", execution_id, "--as", "carol", env=lab_env)
+    assert "(1/2); now awaiting_approval" in first.stdout
+    second = cli("approve", execution_id, "--as", "dave", env=lab_env)
+    assert "(2/2); now approved" in second.stdout
+    assert cli("engine", "--once", env=lab_env, timeout=120).returncode == 0
+    assert journal(lab_env) == ["floor 0"]
+    described = cli("describe", "floor", env=lab_env).stdout
+    assert "a lower value weakens a guard: break-glass" in described

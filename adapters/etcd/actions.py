@@ -228,7 +228,8 @@ class HealthAction(_EtcdAction):
                 raise ActionError(f"etcd: {len(sick)} of {len(health)} endpoint(s) unhealthy"
                                   + (f" after {args.wait:g}s" if args.wait else "")
                                   + f": {problems}")
-            self._sleep(0.5)
+            ctx.checkpoint(f"waiting for {len(sick)} etcd endpoint(s) to be healthy")
+            self._sleep(max(0.05, ctx.pause(0.5)))
 
 
 class KeyCountAction(_EtcdAction):

@@ -5,9 +5,12 @@ with ``ETCDCTL_API=3 etcdctl``. From 3.5 ``etcdutl`` does the offline work (rest
 status) and is used when it is on PATH. Every tool gets an argument list, never a
 shell; ``EtcdCommands`` builds those lists, so ``plan()`` shows exactly what runs.
 
-etcdctl exits when an ``ETCDCTL_*`` environment variable and a flag name the same
-option ("conflicting environment variable is shadowed"), so the child's environment
-drops the variables of the flags we pass (an operator's ``ETCDCTL_ENDPOINTS`` included).
+The tools get a clean environment (``adapters.environment``): none of the bot's secrets
+and none of an operator's ``ETCDCTL_*`` settings (etcdctl exits when such a variable and
+a flag name the same option). The bot sets what it means: ``ETCDCTL_API=3`` for etcdctl
+and, when ``user``/``password_env`` are configured, ``ETCDCTL_USER`` and
+``ETCDCTL_PASSWORD`` for the commands that talk to etcd; so the password is never in argv
+(etcdctl reads it from no file).
 
 Restores are all-or-nothing: the snapshot is restored into ``DATA_DIR.partial``, a
 marker recording the snapshot's sha256 is written into it (``member/restored-from.json``,
@@ -31,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from adapters.environment import child_environment
 from adapters.etcd.config import EtcdConfig
 
 MARKER = Path("member") / "restored-from.json"
@@ -169,20 +173,24 @@ class EtcdCommands:
         return prefix + shlex.join(argv)
 
     def env(self, argv: list[str]) -> dict[str, str]:
-        env = dict(os.environ)
-        etcdctl = argv[0] == self.config.etcdctl
-        for arg in argv[1:]:
-            if arg == "--":
-                break
-            if arg == "-w":
-                arg = "--write-out"
-            if arg.startswith("--"):
-                option = arg[2:].split("=", 1)[0].upper().replace("-", "_")
-                env.pop(f"ETCDCTL_{option}", None)
-                env.pop(f"ETCDUTL_{option}", None)
-        if etcdctl:
-            env["ETCDCTL_API"] = "3"
-        return env
+        """The child's environment: clean, plus what the bot sets for this tool."""
+        own: dict[str, str] = {}
+        if argv[0] == self.config.etcdctl:
+            own["ETCDCTL_API"] = "3"
+            options = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+            online = any(arg.startswith("--endpoints=") for arg in options)
+            if online and self.config.user is not None:
+                own["ETCDCTL_USER"] = self.config.user
+                own["ETCDCTL_PASSWORD"] = self._password()
+        return child_environment(own)
+
+    def _password(self) -> str:
+        name = self.config.password_env
+        value = os.environ.get(name) if name else None
+        if value is None:
+            raise EtcdError(f"etcd.password_env names {name}, which is not set in the bot's "
+                            "environment")
+        return value
 
 
 def _error_text(stderr: str) -> str:

@@ -40,6 +40,9 @@ class EtcdConfig(BaseModel):
     cacert: str | None = None
     cert: str | None = None
     key: str | None = None
+    # etcd authentication: etcdctl gets them as ETCDCTL_USER/ETCDCTL_PASSWORD, never in argv.
+    user: str | None = Field(default=None, pattern=r"^[^\s:]{1,128}$")
+    password_env: str | None = None  # name of an environment variable holding the password
     dial_timeout: float = Field(default=2, gt=0)  # etcdctl --dial-timeout
     command_timeout: float = Field(default=5, gt=0)  # etcdctl --command-timeout
     timeout: float = Field(default=300, gt=0)  # limit of one etcdctl/etcdutl run, in seconds
@@ -53,6 +56,9 @@ class EtcdConfig(BaseModel):
 
     @model_validator(mode="after")
     def _member(self) -> EtcdConfig:
+        if (self.user is None) != (self.password_env is None):
+            raise ValueError("user and password_env go together (etcdctl would prompt for "
+                             "the password of a user given alone)")
         if self.initial_advertise_peer_urls is not None:
             _check_urls(self.initial_advertise_peer_urls, "initial_advertise_peer_urls")
         if self.initial_cluster is None:

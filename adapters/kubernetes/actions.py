@@ -15,6 +15,7 @@ call per pod plus a few per node when nothing blocks.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -251,6 +252,26 @@ class _KubernetesAction(ActionBase):
         self.config = config or KubernetesConfig()
         self._sleep = sleep
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every ``run`` asks the API within the step's deadline: a request the API server
+        does not answer ends when the step's time is up, not ``request_timeout`` later
+        (through the backend's ``deadline``; a backend without one is used as it is)."""
+        super().__init_subclass__(**kwargs)
+        run = cls.__dict__.get("run")
+        if run is None:
+            return
+
+        @functools.wraps(run)
+        def within_deadline(self: _KubernetesAction, args: Any,
+                            ctx: ActionContext) -> ActionResult:
+            deadline = getattr(self.backend, "deadline", None)
+            if deadline is None:
+                return run(self, args, ctx)  # type: ignore[no-any-return]
+            with deadline(ctx.deadline):
+                return run(self, args, ctx)  # type: ignore[no-any-return]
+
+        setattr(cls, "run", within_deadline)  # noqa: B010 (mypy: a method is not assignable)
+
     @property
     def operator(self) -> GpuOperatorConfig:
         return self.config.gpu_operator
@@ -290,8 +311,8 @@ class _KubernetesAction(ActionBase):
                 return time.monotonic() - started
             if time.monotonic() >= deadline:
                 raise ActionTimeout(f"{what}: still not done after {_human(limit)}: {pending}")
-            ctx.check_deadline(what)
-            self._sleep(max(0.01, min(poll, deadline - time.monotonic())))
+            ctx.checkpoint(what)
+            self._sleep(max(0.01, ctx.pause(min(poll, deadline - time.monotonic()))))
 
 
 class CordonAction(_KubernetesAction):
@@ -469,6 +490,8 @@ class DrainAction(_KubernetesAction):
         check_every = FIRST_CHECK
         check_at = time.monotonic() + check_every
         while pending or leaving:
+            if pending and ctx.stopping():  # never evict after a stop
+                ctx.checkpoint(f"draining {args.node}")
             for key, pod in list(pending.items()):
                 if retry_at.get(key, 0.0) > time.monotonic():
                     continue
@@ -518,7 +541,7 @@ class DrainAction(_KubernetesAction):
                 break
             if time.monotonic() >= deadline:
                 raise ActionTimeout(self._timeout_text(args, limit, pending, leaving, blocked))
-            ctx.check_deadline(f"draining {args.node}")
+            ctx.checkpoint(f"draining {args.node}")
             wake = [deadline]
             if leaving:
                 wake.append(check_at)
@@ -527,7 +550,7 @@ class DrainAction(_KubernetesAction):
                     wake.append(retry_at[key])
                 elif not (args.max_parallel and len(leaving) >= args.max_parallel):
                     wake.append(time.monotonic())
-            self._sleep(max(0.005, min(wake) - time.monotonic()))
+            self._sleep(max(0.005, ctx.pause(min(wake) - time.monotonic())))
         details: dict[str, Any] = {
             "node": args.node, "cordoned": cordoned, "evicted": evicted, "gone": gone,
             "skipped_daemonset_pods": skipped_ds, "skipped_mirror_pods": skipped_mirror,

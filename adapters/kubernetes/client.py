@@ -1,18 +1,22 @@
 """``ClientBackend``: the ``KubernetesBackend`` over the official ``kubernetes`` client.
 
 The ApiClient comes from the kubeconfig (or the in-cluster service account); every request
-carries ``_request_timeout``. Answers are read as JSON (``_preload_content=False``) and
-turned into the records of ``adapters.kubernetes.backend``; API errors become
-``KubernetesError`` with the HTTP status and the Status message verbatim. urllib3 retries
-only connection attempts: a request that reached the server is never sent twice behind
-the caller's back (an eviction or a patch is not silently repeated).
+carries ``_request_timeout``: ``request_timeout``, or less within ``deadline(...)`` (an
+action's step deadline, a check's timeout), so an API server that does not answer never
+holds a step or a check past its time. Answers are read as JSON
+(``_preload_content=False``) and turned into the records of ``adapters.kubernetes.backend``;
+API errors become ``KubernetesError`` with the HTTP status and the Status message
+verbatim. urllib3 retries only connection attempts: a request that reached the server is
+never sent twice behind the caller's back (an eviction or a patch is not silently repeated).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import urllib3
@@ -20,6 +24,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
+from adapters.actions import ActionTimeout
 from adapters.kubernetes.backend import (
     Eviction,
     KubernetesConflict,
@@ -68,19 +73,45 @@ class ClientBackend:
         self.core = k8s.CoreV1Api(self.api_client)
         self.custom = k8s.CustomObjectsApi(self.api_client)
         self.coordination = k8s.CoordinationV1Api(self.api_client)
+        self._local = threading.local()
 
     # --- plumbing -----------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def deadline(self, until: float | None) -> Iterator[None]:
+        """Within: this thread's requests end by ``until`` (a ``time.monotonic()`` value) or
+        after ``request_timeout``, whichever comes first (None: no deadline of its own)."""
+        before: float | None = getattr(self._local, "deadline", None)
+        if until is not None and before is not None:
+            until = min(until, before)
+        self._local.deadline = until if until is not None else before
+        try:
+            yield
+        finally:
+            self._local.deadline = before
+
+    def _timeout(self, request: str) -> float:
+        """The time one request may take; ActionTimeout when the deadline has passed."""
+        limit = self.config.request_timeout
+        until: float | None = getattr(self._local, "deadline", None)
+        if until is not None:
+            left = until - time.monotonic()
+            if left < 0.05:
+                raise ActionTimeout(f"no time left to ask the Kubernetes API ({request}): "
+                                    "the step's or check's timeout has passed")
+            limit = min(limit, left)
+        return limit
+
     def _call(self, request: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run one API method; the decoded JSON answer, or a KubernetesError."""
+        limit = self._timeout(request)
         try:
-            response = fn(*args, _preload_content=False,
-                          _request_timeout=self.config.request_timeout, **kwargs)
+            response = fn(*args, _preload_content=False, _request_timeout=limit, **kwargs)
             data = response.data
         except k8s.ApiException as exc:
             raise self._api_error(request, exc) from exc
         except urllib3.exceptions.HTTPError as exc:
-            raise self._transport_error(request, exc) from exc
+            raise self._transport_error(request, exc, limit) from exc
         return json.loads(data) if data else {}
 
     def _api_error(self, request: str, exc: k8s.ApiException) -> KubernetesError:
@@ -111,12 +142,13 @@ class ClientBackend:
                     + " (check the API server and its logs; retry when it answers again)")
         return kind(text, status=status, reason=reason, api_message=message, request=request)
 
-    def _transport_error(self, request: str, exc: urllib3.exceptions.HTTPError) -> KubernetesError:
+    def _transport_error(self, request: str, exc: urllib3.exceptions.HTTPError,
+                         limit: float) -> KubernetesError:
         cause: BaseException = exc
         if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
             cause = exc.reason
         if isinstance(cause, urllib3.exceptions.TimeoutError):
-            what = f"no answer within {self.config.request_timeout:g}s (timeout)"
+            what = f"no answer within {limit:.3g}s (timeout)"
         else:
             what = f"{type(cause).__name__}: {cause}"
         return KubernetesUnavailable(
@@ -183,10 +215,10 @@ class ClientBackend:
                               metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
                               delete_options=options)
         request = f"POST /api/v1/namespaces/{namespace}/pods/{name}/eviction"
+        limit = self._timeout(request)
         try:
             self.core.create_namespaced_pod_eviction(
-                name, namespace, body, _preload_content=False,
-                _request_timeout=self.config.request_timeout)
+                name, namespace, body, _preload_content=False, _request_timeout=limit)
         except k8s.ApiException as exc:
             if exc.status == 429:
                 try:
@@ -198,7 +230,7 @@ class ClientBackend:
                 return Eviction("gone")
             raise self._api_error(request, exc) from exc
         except urllib3.exceptions.HTTPError as exc:
-            raise self._transport_error(request, exc) from exc
+            raise self._transport_error(request, exc, limit) from exc
         return Eviction("evicted")
 
     # --- custom objects -----------------------------------------------------------

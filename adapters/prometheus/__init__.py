@@ -26,15 +26,18 @@ from adapters.prometheus.promql import (
     Expectation,
     escape_label_value,
     format_seconds,
+    format_value,
     label_matcher,
     parse_seconds,
     selector,
+    series_text,
 )
+from adapters.prometheus.verdict import Verdict, judge, listing
 
 __all__ = [
     "ACTION_CLASSES", "Expectation", "PrometheusActions", "PrometheusApiBackend",
     "PrometheusBackend", "PrometheusConfig", "PrometheusError", "PrometheusRejected",
-    "PrometheusUnavailable", "Sample", "Series", "WaitAction", "WaitArguments",
-    "escape_label_value", "format_seconds", "label_matcher", "parse_seconds",
-    "prometheus_actions", "selector",
+    "PrometheusUnavailable", "Sample", "Series", "Verdict", "WaitAction", "WaitArguments",
+    "escape_label_value", "format_seconds", "format_value", "judge", "label_matcher",
+    "listing", "parse_seconds", "prometheus_actions", "selector", "series_text",
 ]

@@ -4,7 +4,9 @@ Checks (``promql`` + ``expect`` in a runbook) are evaluated by the bot itself; t
 action is for steps that must *wait* for the cluster to settle, e.g. after a reboot
 ``prom.wait: {query: 'DCGM_FI_DEV_XID_ERRORS{hostname="gpu07"}', expect: "== 0",
 timeout: 10m}``. It fails closed: a query that returns no series never satisfies it
-("no data for <query>"), and when the time is up the failure lists the values last seen.
+("no data for <query>"), every series is judged on its own by its whole label set
+(adapters.prometheus.verdict), and when the time is up the failure names each series
+still off (the first ``SHOWN_VALUES``) with the value last seen.
 A query Prometheus rejects fails at once; Prometheus not answering is retried until
 the timeout and then reported with its reason.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
@@ -35,8 +38,9 @@ from adapters.prometheus.backend import (
 )
 from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.promql import Expectation, format_seconds, parse_seconds
+from adapters.prometheus.verdict import SHOWN, judge, listing
 
-SHOWN_VALUES = 5  # series listed in a failure message (all of them go to the details)
+SHOWN_VALUES = SHOWN  # series listed in a failure message (all of them go to the details)
 
 
 def _seconds(value: Any) -> Any:
@@ -63,10 +67,8 @@ def _values(samples: list[Sample]) -> list[dict[str, Any]]:
     return [{"labels": s.labels, "value": s.value} for s in samples]
 
 
-def _shown(samples: list[Sample]) -> str:
-    listed = ", ".join(s.describe() for s in samples[:SHOWN_VALUES])
-    more = len(samples) - SHOWN_VALUES
-    return listed + (f" and {more} more" if more > 0 else "")
+def _shown(samples: tuple[Sample, ...]) -> str:
+    return listing(samples, SHOWN_VALUES)
 
 
 class WaitAction:
@@ -84,6 +86,12 @@ class WaitAction:
                 f"query {self.config.url} every {format_seconds(args.poll)}, at most "
                 f"{format_seconds(args.timeout)} (no data does not count as done)"]
 
+    def _interruptible(self, ctx: ActionContext) -> AbstractContextManager[None]:
+        """A stop cuts the backend's retry pauses short (a request in flight runs out)."""
+        if isinstance(self.backend, PrometheusApiBackend):
+            return self.backend.interruptible(ctx.stopping)
+        return nullcontext()
+
     def run(self, args: WaitArguments, ctx: ActionContext) -> ActionResult:
         expect = Expectation.parse(args.expect)
         began = time.monotonic()
@@ -95,12 +103,13 @@ class WaitAction:
             polls += 1
             left = budget - (time.monotonic() - began)
             try:
-                samples, error = self.backend.query(args.query, timeout=max(0.1, left)), None
+                with self._interruptible(ctx):
+                    samples, error = self.backend.query(args.query, timeout=max(0.1, left)), None
             except PrometheusRejected as exc:
                 raise ActionError(f"{exc} (query: {args.query})") from exc
             except PrometheusError as exc:
                 samples, error = None, str(exc)
-            if samples and all(expect(s.value) for s in samples):
+            if samples and judge(samples, expect).passed:
                 waited = time.monotonic() - began
                 return ActionResult(
                     summary=(f"every series of {args.query} is {expect} ({len(samples)} "
@@ -117,15 +126,16 @@ class WaitAction:
             elif not samples:
                 seen = "no data"
             else:
-                seen = _shown([s for s in samples if not expect(s.value)])
+                seen = _shown(judge(samples, expect).failing)
             ctx.progress(f"waiting for {args.query} {expect}: {seen}")
-            self._sleep(min(args.poll, left))
+            ctx.checkpoint(f"waiting for {args.query} {expect}")
+            self._sleep(ctx.pause(min(args.poll, left)))
         took = format_seconds(time.monotonic() - began)
         if samples is None:
             raise ActionTimeout(f"{error} (waited {took} for {args.query} {expect})")
         if not samples:
             raise ActionTimeout(f"no data for {args.query} (waited {took}, {polls} queries)")
-        failing = [s for s in samples if not expect(s.value)]
+        failing = judge(samples, expect).failing
         raise ActionTimeout(
             f"{args.query} not {expect} after {took}: {len(failing)} of {len(samples)} "
             f"series still off: {_shown(failing)}")

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from adapters.actions import ActionError
+from adapters.actions import MAX_PAUSE, ActionError
 from adapters.prometheus.config import PrometheusConfig
-from adapters.prometheus.promql import parse_seconds
+from adapters.prometheus.promql import format_value, parse_seconds, series_text
 
 if TYPE_CHECKING:
     import requests
@@ -69,11 +70,14 @@ class Sample:
     value: float
     timestamp: float = 0.0
 
+    def series_text(self) -> str:
+        """The series named by its whole label set: ``DCGM_FI_DEV_GPU_TEMP{gpu="0",
+        hostname="gpu01"}`` (``{gpu="0"}`` without a metric name)."""
+        return series_text(self.labels)
+
     def describe(self) -> str:
-        """``{gpu="0",hostname="gpu01"} 45`` (labels without ``__name__``)."""
-        inner = ",".join(f'{k}="{v}"' for k, v in sorted(self.labels.items())
-                         if k != "__name__")
-        return f"{{{inner}}} {self.value:g}"
+        """``DCGM_FI_DEV_GPU_TEMP{gpu="0", hostname="gpu01"} 45``: every label, the value."""
+        return f"{self.series_text()} {format_value(self.value)}"
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,34 @@ class PrometheusApiBackend:
 
     # --- retries and errors -----------------------------------------------------------
 
+    @contextmanager
+    def interruptible(self, stopping: Callable[[], bool]) -> Iterator[None]:
+        """Within: this thread's calls look at ``stopping`` at least every ``MAX_PAUSE``
+        seconds while waiting to retry, and give up (PrometheusUnavailable) when it says so.
+        A request already sent is not interrupted (``config.timeout`` bounds it)."""
+        before = getattr(self._local, "stopping", None)
+        self._local.stopping = stopping
+        try:
+            yield
+        finally:
+            self._local.stopping = before
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds`` before a retry, in slices of at most MAX_PAUSE when a caller
+        may ask to stop; False if it did."""
+        stopping: Callable[[], bool] | None = getattr(self._local, "stopping", None)
+        if stopping is None:
+            self._sleep(seconds)
+            return True
+        left = seconds
+        while left > 0:
+            if stopping():
+                return False
+            step = min(left, MAX_PAUSE)
+            self._sleep(step)
+            left -= step
+        return not stopping()
+
     def _call(self, fn: Callable[[Any, float], T], timeout: float | None) -> T:
         """``fn(client, request_timeout)``, retried on no answer; errors as PrometheusError."""
         import requests
@@ -244,7 +276,11 @@ class PrometheusApiBackend:
                     f"Prometheus at {self.config.url} is not answering ({problem}; "
                     f"{attempts} attempt{'s' if attempts > 1 else ''} in {waited:.1f}s)",
                     attempts)
-            self._sleep(pause)
+            if not self._pause(pause):
+                raise PrometheusUnavailable(
+                    f"Prometheus at {self.config.url} is not answering ({problem}); stopped "
+                    f"retrying when asked to stop ({attempts} attempt{'s' if attempts > 1 else ''}"
+                    f" in {time.monotonic() - began:.1f}s)", attempts)
 
     @staticmethod
     def _json(response: requests.Response | None) -> dict[str, Any]:

@@ -7,6 +7,9 @@ syntax (``filter=node="gpu07"``) uses the same quoting, so its adapter uses it t
 
 ``Expectation`` is the ``expect:`` of a check or of ``prom.wait``: a comparison such as
 ``== 0``, ``< 5`` or ``>= 1e3`` applied to a value. NaN satisfies nothing.
+
+``series_text`` names a series by its whole label set, the way PromQL writes it:
+``DCGM_FI_DEV_XID_ERRORS{Hostname="gpu01", gpu="3", instance="a:9400"}``.
 """
 
 from __future__ import annotations
@@ -51,6 +54,25 @@ def selector(metric: str, labels: Mapping[str, str] | None = None) -> str:
         raise ValueError(f"{metric!r} is not a metric name")
     inner = ",".join(label_matcher(name, value) for name, value in (labels or {}).items())
     return f"{metric}{{{inner}}}" if inner else metric
+
+
+def series_text(labels: Mapping[str, str]) -> str:
+    """A series named by every one of its labels: ``name{a="x", b="y"}`` (values escaped,
+    labels sorted); ``{...}`` when it has no metric name, ``{}`` when it has no label."""
+    name = labels.get("__name__", "")
+    shown = name if _METRIC_NAME.match(name) else ""
+    inner = ", ".join(f'{k}="{escape_label_value(str(v))}"' for k, v in sorted(labels.items())
+                      if not (shown and k == "__name__"))
+    return f"{shown}{{{inner}}}"
+
+
+def format_value(value: float) -> str:
+    """A sample value as Prometheus writes it: ``79``, ``0.5``, ``NaN``, ``+Inf``."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return f"{value:.15g}"
 
 
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {

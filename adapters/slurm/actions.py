@@ -174,8 +174,8 @@ class _SlurmAction(ActionBase):
                     f"{compress([n.name for n in pending])} still not {what} after "
                     f"{_human(limit)}: " + "; ".join(n.describe() for n in pending[:10])
                 )
-            ctx.check_deadline(f"waiting for {compress([n.name for n in pending])} to be {what}")
-            self._sleep(max(0.05, min(poll, deadline - time.monotonic())))
+            ctx.checkpoint(f"waiting for {compress([n.name for n in pending])} to be {what}")
+            self._sleep(max(0.05, ctx.pause(min(poll, deadline - time.monotonic()))))
 
 
 class DrainAction(_SlurmAction):
@@ -267,6 +267,8 @@ class WaitIdleAction(_SlurmAction):
             if args.requeue:
                 fresh = [job.id for job in running if job.id not in requeued]
                 if fresh:
+                    if ctx.stopping():  # never requeue after a stop
+                        ctx.checkpoint(f"waiting for jobs on {args.hostlist}")
                     self.backend.requeue(fresh)
                     requeued += fresh
                     ctx.progress(f"requeued {', '.join(map(str, fresh))} on {args.hostlist}")
@@ -282,8 +284,8 @@ class WaitIdleAction(_SlurmAction):
             if line != last_line:
                 ctx.progress(line)
                 last_line = line
-            ctx.check_deadline(f"waiting for jobs on {args.hostlist}")
-            self._sleep(max(0.05, min(args.poll, deadline - time.monotonic())))
+            ctx.checkpoint(f"waiting for jobs on {args.hostlist}")
+            self._sleep(max(0.05, ctx.pause(min(args.poll, deadline - time.monotonic()))))
 
 
 class ReservationCreateAction(_SlurmAction):
@@ -384,12 +386,12 @@ class RunOnNodeAction(_SlurmAction):
                             "slurm.commands")
 
     def plan(self, args: RunOnNodeArguments) -> list[str]:
-        _, argv = self._command(args)
-        return [commands.show(commands.srun(args.node, args.reservation, argv))]
+        command, argv = self._command(args)
+        return [commands.show(commands.srun(args.node, args.reservation, argv, command.env))]
 
     def run(self, args: RunOnNodeArguments, ctx: ActionContext) -> ActionResult:
         command, argv = self._command(args)
-        line = commands.show(commands.srun(args.node, args.reservation, argv))
+        line = commands.show(commands.srun(args.node, args.reservation, argv, command.env))
         (node,) = self._read([args.node], with_jobs=False)
         if "DRAIN" in node.flags or node.state == "down":
             raise ActionError(
@@ -408,8 +410,11 @@ class RunOnNodeAction(_SlurmAction):
         timeout = min(command.timeout, ctx.remaining())
         if timeout <= 0:
             raise ActionTimeout(f"no time left to run {line}")
-        code, out, err = self.backend.run_on_node(args.node, args.reservation, argv, timeout)
-        details = {"argv": commands.srun(args.node, args.reservation, argv), "exit_code": code,
+        ctx.checkpoint(f"about to run {line}")  # srun itself is not interrupted by a stop
+        code, out, err = self.backend.run_on_node(args.node, args.reservation, argv, timeout,
+                                                  command.env)
+        details = {"argv": commands.srun(args.node, args.reservation, argv, command.env),
+                   "exit_code": code,
                    "stdout": out[-OUTPUT_LIMIT:], "stderr": err[-OUTPUT_LIMIT:]}
         if code != args.expect_exit:
             tail = [x for x in (out.strip().splitlines() + err.strip().splitlines()) if x][-8:]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -180,9 +180,13 @@ class SlurmBackend(Protocol):
     def reboot(self, names: list[str], nextstate: str, reason: str) -> None: ...
 
     def run_on_node(
-        self, node: str, reservation: str | None, argv: list[str], timeout: float
+        self, node: str, reservation: str | None, argv: list[str], timeout: float,
+        env: Mapping[str, str] | None = None,
     ) -> tuple[int, str, str]:
-        """Run ``argv`` on ``node`` through srun (no shell); (exit code, stdout, stderr)."""
+        """Run ``argv`` on ``node`` through srun (no shell); (exit code, stdout, stderr).
+
+        The job step gets only the allow-listed variables and ``env`` (the node command's
+        ``env:``), never the rest of the bot's environment."""
         ...
 
     def accounting(self, start: datetime, end: datetime) -> list[AccountUsage]:

@@ -3,8 +3,10 @@
 Reads use ``--json`` (``sinfo``/``squeue``/``sacct`` on 22.05; ``scontrol show nodes
 --json`` for nodes on 23.02+, whose ``sinfo --json`` groups nodes), changes use
 ``scontrol``, reservations are read from ``scontrol show reservation -o`` text (22.05
-has no JSON for them). Every call gets ``SLURM_CONF`` (when configured), a timeout,
-stdin from /dev/null and captured output.
+has no JSON for them). Every call gets a clean environment (``adapters.environment``:
+none of the bot's secrets) with ``SLURM_CONF`` (when configured), a timeout, stdin from
+/dev/null and captured output. srun runs with an explicit ``--export=`` list, so nothing
+else of the bot's environment reaches a compute node either.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
 
+from adapters.environment import child_environment
 from adapters.slurm import commands, parsing
 from adapters.slurm.backend import (
     AccountUsage,
@@ -76,24 +79,26 @@ class CliBackend:
 
     # -- plumbing ---------------------------------------------------------------------
 
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+    def _env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The clean environment of a Slurm client; ``extra`` (a node command's ``env:``)
+        comes before the adapter's own SLURM_CONF, which it cannot replace."""
+        own = dict(extra or {})
         if self.config.slurm_conf:
-            env["SLURM_CONF"] = self.config.slurm_conf
-        return env
+            own["SLURM_CONF"] = self.config.slurm_conf
+        return child_environment(own)
 
     def _argv(self, argv: list[str]) -> list[str]:
         if self.config.bin_dir:
             return [os.path.join(self.config.bin_dir, argv[0]), *argv[1:]]
         return list(argv)
 
-    def run(self, argv: list[str], timeout: float | None = None,
-            check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(self, argv: list[str], timeout: float | None = None, check: bool = True,
+            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client; raise SlurmError (SlurmctldUnreachable) with its stderr."""
         full = self._argv(argv)
         limit = timeout if timeout is not None else self.config.timeout
         try:
-            done = self._runner(full, env=self._env(), timeout=limit)
+            done = self._runner(full, env=self._env(env), timeout=limit)
         except FileNotFoundError as exc:
             where = self.config.bin_dir or "PATH"
             raise SlurmError(
@@ -241,10 +246,11 @@ class CliBackend:
         self.run(commands.reboot(names, nextstate, reason))
 
     def run_on_node(
-        self, node: str, reservation: str | None, argv: list[str], timeout: float
+        self, node: str, reservation: str | None, argv: list[str], timeout: float,
+        env: Mapping[str, str] | None = None,
     ) -> tuple[int, str, str]:
-        line = commands.srun(node, reservation, argv)
-        done = self.run(line, timeout=timeout, check=False)
+        line = commands.srun(node, reservation, argv, env or {})
+        done = self.run(line, timeout=timeout, check=False, env=env)
         if done.returncode != 0 and UNREACHABLE in done.stderr:
             raise unreachable(line, done.stderr)
         return done.returncode, done.stdout, done.stderr

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Iterable
 
+from adapters.environment import node_export
 from adapters.slurm.hostlist import compress
 
 
@@ -80,8 +82,12 @@ def reboot(names: list[str], nextstate: str, reason: str) -> list[str]:
             compress(names)]
 
 
-def srun(node: str, reservation: str | None, argv: list[str]) -> list[str]:
-    line = ["srun", "-w", node, "-N1", "-n1"]
+def srun(node: str, reservation: str | None, argv: list[str],
+         env_names: Iterable[str] = ()) -> list[str]:
+    """srun of one task on ``node``. ``--export=`` names what reaches the job step (besides
+    Slurm's own SLURM_*): the allow-listed basics and the command's ``env:`` names, by name
+    only, so no value is ever in argv."""
+    line = ["srun", "-w", node, "-N1", "-n1", f"--export={node_export(env_names)}"]
     if reservation:
         line.append(f"--reservation={reservation}")
     return [*line, "--", *argv]

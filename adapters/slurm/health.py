@@ -37,12 +37,15 @@ class HealthCheckAction(_SlurmAction):
         return allowed_argv(self.config.commands, args.command, args.args, "node command",
                             "slurm.commands")[1]
 
+    def _env(self, args: HealthCheckArguments) -> dict[str, str]:
+        return self.config.commands[args.command].env
+
     def plan(self, args: HealthCheckArguments) -> list[str]:
         argv = self._argv(args)
         return [
             commands.show(commands.update_nodes([args.node], "RESUME", None))
             + f" (inside reservation {args.reservation}: no other job lands there)",
-            commands.show(commands.srun(args.node, args.reservation, argv)),
+            commands.show(commands.srun(args.node, args.reservation, argv, self._env(args))),
             f"if it fails: scontrol update NodeName={args.node} State=DRAIN "
             'Reason="health check failed: ..."',
         ]
@@ -56,6 +59,7 @@ class HealthCheckAction(_SlurmAction):
             ctx.progress(f"resumed {args.node} inside reservation {args.reservation}")
             self._wait_nodes([args.node], ctx, args.resume_timeout, 0.5,
                              lambda n: n.responding and "DRAIN" not in n.flags, "responding")
+        ctx.checkpoint(f"about to check {args.node}")  # srun itself is not interrupted by a stop
         try:
             return self._check(args, argv, ctx)
         except ActionError:
@@ -69,7 +73,8 @@ class HealthCheckAction(_SlurmAction):
                ctx: ActionContext) -> ActionResult:
         timeout = max(1.0, min(self.config.commands[args.command].timeout, ctx.remaining()))
         started = time.monotonic()
-        code, out, err = self.backend.run_on_node(args.node, args.reservation, argv, timeout)
+        code, out, err = self.backend.run_on_node(args.node, args.reservation, argv, timeout,
+                                                  self._env(args))
         details: dict[str, Any] = {"argv": argv, "exit_code": code,
                                    "stdout": out[-OUTPUT_LIMIT:], "stderr": err[-OUTPUT_LIMIT:],
                                    "seconds": round(time.monotonic() - started, 2)}

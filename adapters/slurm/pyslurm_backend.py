@@ -14,6 +14,7 @@ use ``backend: cli`` for them.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -143,7 +144,8 @@ class PyslurmBackend:
         raise self._unsupported("reboot")
 
     def run_on_node(self, node: str, reservation: str | None, argv: list[str],
-                    timeout: float) -> tuple[int, str, str]:
+                    timeout: float, env: Mapping[str, str] | None = None
+                    ) -> tuple[int, str, str]:
         raise self._unsupported("run_on_node (srun)")
 
     def accounting(self, start: datetime, end: datetime) -> list[AccountUsage]:

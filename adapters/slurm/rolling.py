@@ -8,6 +8,12 @@ until the node is back, run the health check, read the driver version back, and
 delete the reservation. A node that fails any of this is drained again with a
 reason that says what failed, and no further node is started (nodes already in
 flight finish). Commands are the configured ones (``SlurmConfig.commands``).
+
+A stop (cancel, lost claim, the step's timeout) is looked at before every change and at
+least every second while waiting: the nodes in flight are left drained (their driver is
+in an unknown state), no further node is started, and the step ends with ActionStopped.
+A running srun (the install, health or version command) is not interrupted: the stop is
+seen once it returns.
 """
 
 from __future__ import annotations
@@ -22,7 +28,13 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
+from adapters.actions import (
+    ActionContext,
+    ActionError,
+    ActionResult,
+    ActionStopped,
+    StrictArguments,
+)
 from adapters.host import allowed_argv
 from adapters.slurm import hostlist
 from adapters.slurm.backend import REBOOT_FLAGS, SlurmBackend
@@ -102,8 +114,14 @@ class DriverRolloutAction:
             for future in [pool.submit(self._node, state, node) for node in nodes]:
                 future.result()
         failed = {n: o for n, o in state.done.items() if o.startswith("FAILED")}
+        stopped = {n: o for n, o in state.done.items() if o.startswith("STOPPED")}
         untouched = [n for n in nodes if n not in state.done]
         details = {"nodes": state.done, "not_started": untouched, "version": args.version}
+        if stopped or (untouched and ctx.stop.is_set()):
+            raise ActionStopped(
+                f"{ctx.step_id}: driver rollout stopped: {ctx.stop_reason or 'asked to stop'}"
+                + "".join(f"; {n}: {o}" for n, o in {**failed, **stopped}.items())
+                + (f"; not started: {hostlist.compress(untouched)}" if untouched else ""))
         if failed:
             raise ActionError(
                 "; ".join(f"{n}: {o}" for n, o in failed.items())
@@ -113,24 +131,29 @@ class DriverRolloutAction:
                             details=details)
 
     def _node(self, state: _Run, node: str) -> None:
-        if state.stop.is_set():
+        if state.stop.is_set() or state.ctx.stopping():
             return
         args = state.args
-        deadline = min(time.monotonic() + args.node_timeout, state.ctx.deadline)
+        ctx = state.ctx
+        deadline = min(time.monotonic() + args.node_timeout, ctx.deadline)
         res = _reservation(node)
         try:
             self._backend.update_nodes([node], "DRAIN", f"{args.reason} -> {args.version}")
-            self._wait(lambda: not [j for j in self._backend.jobs([node]) if j.active],
+            self._wait(ctx, lambda: not [j for j in self._backend.jobs([node]) if j.active],
                        deadline, f"{node}: its jobs to end")
+            ctx.checkpoint(f"{node}: reserving it")
             if not any(r.name == res for r in self._backend.reservations()):
                 self._backend.create_reservation(res, [node], "now", args.node_timeout, MAINT,
                                                  ["root"])
             self._backend.update_nodes([node], "RESUME", None)
-            self._wait(lambda: self._responding(node), deadline, f"{node}: to answer")
+            self._wait(ctx, lambda: self._responding(node), deadline, f"{node}: to answer")
+            ctx.checkpoint(f"{node}: installing driver {args.version}")
             self._srun(node, res, args.install_command, [args.version], deadline)
+            ctx.checkpoint(f"{node}: rebooting it")
             self._backend.reboot([node], "RESUME", f"{args.reason} -> {args.version}")
-            self._sleep(args.poll)
-            self._wait(lambda: self._responding(node), deadline, f"{node}: to come back")
+            self._sleep(ctx.pause(args.poll))
+            self._wait(ctx, lambda: self._responding(node), deadline, f"{node}: to come back")
+            ctx.checkpoint(f"{node}: checking it")
             self._srun(node, res, args.health_command, [], deadline)
             seen = self._srun(node, res, args.version_command, [], deadline).strip()
             first = seen.splitlines()[0].strip() if seen else ""
@@ -138,6 +161,11 @@ class DriverRolloutAction:
                 raise ActionError(f"reports driver {first or 'nothing'}, not {args.version}")
             self._backend.delete_reservation(res)
             state.record(node, f"on driver {args.version}")
+        except ActionStopped as exc:
+            state.stop.set()
+            self._leave_drained(node, res, f"driver {args.version} rollout stopped: "
+                                f"{ctx.stop_reason or exc}")
+            state.record(node, f"STOPPED: {exc}")
         except ActionError as exc:
             state.stop.set()
             self._leave_drained(node, res, f"driver {args.version} failed: {exc}")
@@ -146,7 +174,8 @@ class DriverRolloutAction:
     def _leave_drained(self, node: str, res: str, reason: str) -> None:
         try:
             self._backend.update_nodes([node], "DRAIN", reason[:200])
-            self._backend.delete_reservation(res)
+            if any(r.name == res for r in self._backend.reservations()):
+                self._backend.delete_reservation(res)
         except ActionError:
             pass  # the node's failure is already reported; this is best effort
 
@@ -154,7 +183,8 @@ class DriverRolloutAction:
         argv = self._argv(command, extra)
         timeout = max(1.0, min(self._config.commands[command].timeout,
                                deadline - time.monotonic()))
-        code, out, err = self._backend.run_on_node(node, res, argv, timeout)
+        code, out, err = self._backend.run_on_node(node, res, argv, timeout,
+                                                   self._config.commands[command].env)
         if code != 0:
             raise ActionError(f"{command} failed: {verdict(out, err, code)}")
         return out
@@ -164,11 +194,13 @@ class DriverRolloutAction:
         return bool(info) and info[0].responding and not (REBOOT_FLAGS & info[0].flags) and (
             "DRAIN" not in info[0].flags)
 
-    def _wait(self, condition: Callable[[], bool], deadline: float, what: str) -> None:
+    def _wait(self, ctx: ActionContext, condition: Callable[[], bool], deadline: float,
+              what: str) -> None:
         while not condition():
             if time.monotonic() >= deadline:
                 raise ActionError(f"timed out waiting for {what}")
-            self._sleep(self._poll)
+            ctx.checkpoint(f"waiting for {what}")
+            self._sleep(ctx.pause(min(self._poll, deadline - time.monotonic())))
 
 
 def _reservation(node: str) -> str:

@@ -56,6 +56,10 @@ executions = Table(
     Column("fencing_token", Integer, nullable=False, default=0),
     Column("error", Text, nullable=True),
     Column("finished_at", String(32), nullable=True),
+    # bumped by every transition: decisions are compare-and-set on it (revision 0006)
+    Column("row_version", Integer, nullable=False, default=0),
+    # bumped by every claim: an engine writes only while the epoch is still its own
+    Column("epoch", Integer, nullable=False, default=0),
     Index("ix_executions_state", "state"),
 )
 
@@ -85,6 +89,8 @@ approvals = Table(
     Column("at", String(32), nullable=False),
     Column("reason", Text, nullable=True),
     Index("ix_approvals_execution", "execution_id"),
+    # one decision per approver and plan: a double click or a race cannot count twice
+    Index("ux_approvals_decision", "execution_id", "user", "plan_hash", unique=True),
 )
 
 locks = Table(

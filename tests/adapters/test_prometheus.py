@@ -153,10 +153,12 @@ def test_importing_the_adapter_does_not_load_the_http_client() -> None:
 
 
 class FlakyPrometheus:
-    """Answers /api/v1/query: 503 ``failures`` times, then 200; ``/bad`` queries get 400."""
+    """Answers /api/v1/query: 503 ``failures`` times, then 200 with ``result`` (a vector);
+    ``/bad`` queries get 400."""
 
-    def __init__(self, failures: int) -> None:
+    def __init__(self, failures: int, result: list[dict[str, Any]] | None = None) -> None:
         self.failures = failures
+        self.result = [{"metric": {"a": "b"}, "value": [1.5, "7"]}] if result is None else result
         self.requests = 0
         owner = self
 
@@ -172,8 +174,7 @@ class FlakyPrometheus:
                                          "error": "too busy"}
                 else:
                     status, body = 200, {"status": "success", "data": {
-                        "resultType": "vector",
-                        "result": [{"metric": {"a": "b"}, "value": [1.5, "7"]}]}}
+                        "resultType": "vector", "result": owner.result}}
                 raw = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -235,6 +236,71 @@ def test_a_server_that_never_answers_is_given_up_after_the_timeout() -> None:
         listener.close()
 
 
+def series(labels: dict[str, str], value: str) -> dict[str, Any]:
+    return {"metric": labels, "value": [1.5, value]}
+
+
+XID = "DCGM_FI_DEV_XID_ERRORS"
+ONE_GPU = {"__name__": XID, "Hostname": "gpu01", "gpu": "3"}
+
+
+def test_series_are_named_by_every_label() -> None:
+    assert Sample({**ONE_GPU, "instance": "a:9400"}, 79.0).describe() == \
+        'DCGM_FI_DEV_XID_ERRORS{Hostname="gpu01", gpu="3", instance="a:9400"} 79'
+    assert Sample({"x": 'a"b'}, float("nan")).describe() == '{x="a\\"b"} NaN'
+    assert Sample({}, float("inf")).describe() == "{} +Inf"
+    assert Sample({"__name__": "not a name", "a": "b"}, 0.25).describe() == \
+        '{__name__="not a name", a="b"} 0.25'
+
+
+@pytest.mark.parametrize("failing_first", [True, False])
+def test_wait_judges_series_that_differ_only_in_instance_apart(failing_first: bool) -> None:
+    """One GPU seen by two exporters (only ``instance`` differs), one of them reporting an
+    XID: prom.wait must not be done, and its failure names that series by every label."""
+    answer = [series({**ONE_GPU, "instance": "a:9400"}, "79"),
+              series({**ONE_GPU, "instance": "b:9400"}, "0")]
+    server = FlakyPrometheus(failures=0, result=answer if failing_first else answer[::-1])
+    try:
+        action = PrometheusActions(PrometheusConfig(url=server.url, retries=0),
+                                   sleep=lambda s: None).by_name()["prom.wait"]
+        seen: list[str] = []
+        context = ctx()
+        context.progress = seen.append
+        with pytest.raises(ActionTimeout) as caught:
+            action.run(WaitArguments(query=XID, expect="== 0", timeout=0.3, poll=0.1), context)
+        failing = 'DCGM_FI_DEV_XID_ERRORS{Hostname="gpu01", gpu="3", instance="a:9400"} 79'
+        assert str(caught.value).endswith(f": 1 of 2 series still off: {failing}")
+        assert seen and seen[0] == f"waiting for {XID} == 0: {failing}"
+        # A ``sum by (x)`` answer: no metric name, no host or GPU label.
+        server.result = [series({"x": "1"}, "0"), series({"x": "2"}, "2"),
+                         series({"x": "3"}, "0")]
+        with pytest.raises(ActionTimeout, match=r': 1 of 3 series still off: \{x="2"\} 2$'):
+            action.run(WaitArguments(query="sum by (x) (e)", expect="== 0", timeout=0.3,
+                                     poll=0.1), ctx())
+        server.result = [series({"x": str(i)}, "0") for i in range(3)]
+        done = action.run(WaitArguments(query="sum by (x) (e)", expect="== 0", timeout=1),
+                          ctx())
+        assert done.summary.startswith("every series of sum by (x) (e) is == 0 (3 series, ")
+    finally:
+        server.stop()
+
+
+def test_wait_names_the_first_ten_failing_series_and_counts_the_rest() -> None:
+    answer = [series({"x": str(i)}, str(i)) for i in range(13)]
+    server = FlakyPrometheus(failures=0, result=answer)
+    try:
+        action = PrometheusActions(PrometheusConfig(url=server.url, retries=0),
+                                   sleep=lambda s: None).by_name()["prom.wait"]
+        with pytest.raises(ActionTimeout) as caught:
+            action.run(WaitArguments(query="e", expect="== 0", timeout=0.2, poll=0.1), ctx())
+        message = str(caught.value)
+        assert message.endswith(": 12 of 13 series still off: "
+                                + ", ".join(f'{{x="{i}"}} {i}' for i in range(1, 11))
+                                + " and 2 more")
+    finally:
+        server.stop()
+
+
 # --- against a real Prometheus --------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -290,7 +356,8 @@ def test_instant_query_returns_samples_with_labels(backend: PrometheusApiBackend
     assert {k: first.labels[k] for k in ("__name__", "Hostname", "hostname", "UUID", "job")} \
         == {"__name__": TEMP, "Hostname": "gpu01", "hostname": "gpu01", "UUID": "GPU-gpu01-0",
             "job": "dcgm"}
-    assert first.describe().startswith('{Hostname="gpu01",UUID="GPU-gpu01-0",')
+    assert first.describe().startswith(f'{TEMP}{{Hostname="gpu01", UUID="GPU-gpu01-0", ')
+    assert first.describe().endswith('job="dcgm", modelName="NVIDIA H100"} 45')
     (hottest,) = backend.query(f"max({TEMP})")
     assert (hottest.labels, hottest.value) == ({}, 61.0)
 

@@ -9,6 +9,7 @@ its jobs cancelled.
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from adapters.actions import ActionContext, ActionError, ActionTimeout
+from adapters.actions import ActionContext, ActionError, ActionStopped, ActionTimeout
 from adapters.slurm import (
     CliBackend,
     PyslurmBackend,
@@ -207,7 +208,8 @@ def test_run_on_node_passes_and_fails_with_the_health_fault(slurm: Slurm) -> Non
     slurm.run("slurm.reservation_create", name=name, nodes="gpu02", duration=600)
     assert slurm.plan("slurm.run_on_node", node="gpu02", reservation=name,
                       command="health-check")[0].startswith(
-        f"srun -w gpu02 -N1 -n1 --reservation={name} -- ")
+        f"srun -w gpu02 -N1 -n1 --export=PATH,HOME,USER,LOGNAME,LANG,LC_ALL,TZ "
+        f"--reservation={name} -- ")
     ok = slurm.run("slurm.run_on_node", node="gpu02", reservation=name, command="health-check")
     assert ok.details["exit_code"] == 0 and "Pass" in ok.details["stdout"]
     try:
@@ -250,6 +252,26 @@ def test_wait_idle_times_out_naming_the_running_job(slurm: Slurm) -> None:
     finally:
         slurm.lab.run("scancel", str(job))
     slurm.run("slurm.wait_idle", nodes="gpu03", timeout=30, poll=0.5)
+
+
+def test_wait_idle_stops_within_a_second_and_leaves_the_job_running(slurm: Slurm) -> None:
+    job = submit(slurm.lab, "-w", "gpu03", "--wrap", "sleep 300")
+    try:
+        wait_for(lambda: job_state(slurm.lab, job) == "RUNNING", what=f"job {job} to run")
+        ctx = context(seconds=3600)
+        timer = threading.Timer(1.0, ctx.request_stop, ["cancelled"])
+        began = time.monotonic()
+        timer.start()
+        try:
+            with pytest.raises(ActionStopped, match="waiting for jobs on gpu03: cancelled"):
+                slurm.run("slurm.wait_idle", ctx, nodes="gpu03", timeout="1h", poll=30,
+                          requeue=False)
+        finally:
+            timer.cancel()
+        assert time.monotonic() - began < 3
+        assert job_state(slurm.lab, job) == "RUNNING"
+    finally:
+        slurm.lab.run("scancel", str(job))
 
 
 def test_reboot_plan_and_a_real_reboot(slurm: Slurm) -> None:

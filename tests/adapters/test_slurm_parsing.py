@@ -366,6 +366,7 @@ class FakeBackend:
         self.running: list[Job] = []
         self.reserved: dict[str, Reservation] = {}
         self.calls: list[tuple[Any, ...]] = []
+        self.envs: list[dict[str, str]] = []  # the env given to each run_on_node
 
     def nodes(self, names: list[str] | None = None, *,
               with_jobs: bool = True) -> list[NodeInfo]:
@@ -401,8 +402,10 @@ class FakeBackend:
         self.calls.append(("reboot", names, nextstate, reason))
 
     def run_on_node(self, node: str, reservation: str | None, argv: list[str],
-                    timeout: float) -> tuple[int, str, str]:
+                    timeout: float, env: Mapping[str, str] | None = None
+                    ) -> tuple[int, str, str]:
         self.calls.append(("srun", node, reservation, argv))
+        self.envs.append(dict(env or {}))
         return (1, "Row remap | Fail\n", "srun: error: task 0: exit 1\n") if "fail" in argv \
             else (0, "Pass\n", "")
 
@@ -447,7 +450,8 @@ def test_action_names_and_plans() -> None:
         'scontrol reboot ASAP nextstate=RESUME reason="driver 550" gpu07']
     assert plan("slurm.run_on_node", node="gpu07", reservation="maint-gpu07",
                 command="health-check") == [
-        "srun -w gpu07 -N1 -n1 --reservation=maint-gpu07 -- dcgmi diag -r 2"]
+        "srun -w gpu07 -N1 -n1 --export=PATH,HOME,USER,LOGNAME,LANG,LC_ALL,TZ "
+        "--reservation=maint-gpu07 -- dcgmi diag -r 2"]
     assert "at most 30m" in plan("slurm.wait_idle", nodes="gpu07", timeout="30m")[-1]
 
 

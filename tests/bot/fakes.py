@@ -17,6 +17,9 @@ STATE: dict[str, bool] = {}  # key -> "done", so running twice changes nothing t
 FAILURES: dict[str, int] = {}  # key -> failures left
 GATES: dict[str, threading.Event] = {}
 STARTED: dict[str, threading.Event] = {}
+EXITS: list[str] = []  # gate keys in the order their actions returned
+_running = threading.Lock()
+CONCURRENCY = {"now": 0, "max": 0}  # gate actions running at once (two engines, one step)
 
 
 def reset() -> None:
@@ -25,6 +28,8 @@ def reset() -> None:
     FAILURES.clear()
     GATES.clear()
     STARTED.clear()
+    EXITS.clear()
+    CONCURRENCY.update(now=0, max=0)
 
 
 class KeyArguments(StrictArguments):
@@ -82,6 +87,7 @@ class FlakyAction:
 class GateArguments(StrictArguments):
     key: str
     seconds: float = 10.0
+    ignore_stop: bool = False  # a misbehaving action that never looks at its stop flag
 
 
 class GateAction:
@@ -97,8 +103,19 @@ class GateAction:
         JOURNAL.append((self.name, args.key))
         STARTED.setdefault(args.key, threading.Event()).set()
         gate = GATES.setdefault(args.key, threading.Event())
-        if not gate.wait(args.seconds):
-            time.sleep(0)
+        until = time.monotonic() + args.seconds
+        with _running:
+            CONCURRENCY["now"] += 1
+            CONCURRENCY["max"] = max(CONCURRENCY["max"], CONCURRENCY["now"])
+        try:
+            while not gate.is_set() and time.monotonic() < until:
+                if not args.ignore_stop:
+                    ctx.checkpoint(f"waiting at gate {args.key}")
+                gate.wait(min(0.05, max(0.0, until - time.monotonic())))
+        finally:
+            with _running:
+                CONCURRENCY["now"] -= 1
+            EXITS.append(args.key)
         return ActionResult(summary=f"passed gate {args.key}")
 
 

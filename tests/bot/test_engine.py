@@ -103,7 +103,7 @@ def test_step_timeout_fails_the_step(make_bot: Any) -> None:
     started = time.monotonic()
     ex = run(make_bot({"demo": runbook(steps)}))
     assert ex.state == "failed"
-    assert "did not finish within 0.2s" in (ex.error or "")
+    assert "timed out" in (ex.error or "")
     assert time.monotonic() - started < 4
     assert fakes.STATE["a"] is False  # undone
 
@@ -192,12 +192,13 @@ def test_resume_skips_finished_steps(make_bot: Any) -> None:
     bot = make_bot({"demo": runbook([record("a", "a"), record("b", "b"), record("c", "c")])})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     dead = Engine(bot, owner="dead-engine")
-    dead.claim(execution_id)
-    dead._start(dead._load(execution_id))
+    claim = dead._claim(execution_id)
+    assert claim is not None
+    dead._start(claim, dead._load(execution_id))
     ex = dead._load(execution_id)
-    dead._stage(ex, "steps")
+    dead._stage(claim, ex, "steps")
     step_a = ex.plan.steps[0]
-    dead._call(ex, step_a, _call(step_a), "do", 0, 0)
+    dead._call(claim, ex, step_a, _call(step_a), "do", 0, 0)
     with bot.engine.begin() as conn:  # b "started" and then the process vanished
         executions.save_step(conn, ex.id, "do", "b", 1, state="running", attempt=1)
         executions.set_fields(conn, ex.id, lease_until=time.time() - 1)
@@ -215,8 +216,9 @@ def test_manual_resume_holds_for_a_person(make_bot: Any) -> None:
     bot = make_bot({"demo": runbook([record("a", "a"), record("b", "b")], resume="manual")})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     dead = Engine(bot, owner="dead-engine")
-    dead.claim(execution_id)
-    dead._start(dead._load(execution_id))
+    claim = dead._claim(execution_id)
+    assert claim is not None
+    dead._start(claim, dead._load(execution_id))
     with bot.engine.begin() as conn:
         executions.set_fields(conn, execution_id, stage="steps", lease_until=time.time() - 1)
     dead.close()

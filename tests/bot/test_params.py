@@ -2,8 +2,9 @@
 ``=``, duplicates, over-long values), ``validate`` for every parameter type (node against the
 inventory with suggestions, text limits and refusal of shell metacharacters and control
 characters, int limits, bool words, durations, enums, versions), unknown and missing parameters,
-defaults; and Hypothesis fuzzing that only ParamError ever escapes and that accepted nodes and
-texts are safe.
+defaults; ``weakens_guard`` (which values weaken a guard, how they are described, which
+markings a runbook may not make); and Hypothesis fuzzing that only ParamError ever escapes and
+that accepted nodes and texts are safe.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from bot.model import ParamSpec, Runbook
 from bot.params import (
@@ -21,10 +23,12 @@ from bot.params import (
     Duration,
     Inventory,
     ParamError,
+    WeakenedGuard,
     jsonable,
     parse_assignments,
     split_words,
     validate,
+    weakened_guards,
 )
 
 INVENTORY = Inventory(
@@ -314,6 +318,62 @@ def test_bad_spec_combinations_are_refused_by_the_model() -> None:
         ParamSpec(type="text", choices=["a"])
     with pytest.raises(ValueError, match="cannot have a default"):
         ParamSpec(type="text", required=True, default="x")
+
+
+# --- weakens_guard: parameters that weaken a guard ------------------------------------------
+
+GUARDED = runbook(
+    node={"type": "node", "required": True},
+    min_free_gpus={"type": "int", "default": 8, "min": 0, "weakens_guard": "lower",
+                   "description": "free GPUs the pool must keep"},
+    max_age={"type": "duration", "default": "7d", "weakens_guard": "higher"},
+    requeue={"type": "bool", "default": False, "weakens_guard": "changed"},
+    timeout={"type": "duration", "default": "2h"},
+)
+
+
+def weakened(raw: dict[str, str]) -> list[WeakenedGuard]:
+    return weakened_guards(GUARDED, validate(GUARDED, {"node": "gpu01", **raw}, INVENTORY),
+                           INVENTORY)
+
+
+def test_defaults_and_stronger_values_weaken_nothing() -> None:
+    assert weakened({}) == []
+    assert weakened({"min_free_gpus": "8", "max_age": "7d", "requeue": "no"}) == []
+    assert weakened({"min_free_gpus": "16", "max_age": "1d", "timeout": "1m"}) == []
+
+
+@pytest.mark.parametrize("raw, param, default, value", [
+    ({"min_free_gpus": "0"}, "min_free_gpus", 8, 0),
+    ({"min_free_gpus": "7"}, "min_free_gpus", 8, 7),
+    ({"max_age": "30d"}, "max_age", "7d", "30d"),
+    ({"max_age": "168h1s"}, "max_age", "7d", "7d1s"),
+    ({"requeue": "true"}, "requeue", False, True),
+])
+def test_a_value_past_its_default_weakens_the_guard(raw: dict[str, str], param: str,
+                                                    default: Any, value: Any) -> None:
+    (found,) = weakened(raw)
+    assert (found.param, found.default, found.value) == (param, default, value)
+
+
+def test_every_weakened_guard_is_named() -> None:
+    found = weakened({"min_free_gpus": "0", "requeue": "yes"})
+    assert [g.param for g in found] == ["min_free_gpus", "requeue"]
+    assert found[0].describe() == ("min_free_gpus=0 weakens a guard (free GPUs the pool must "
+                                   "keep): it is lower than its default 8")
+    assert found[1].describe() == "requeue=true weakens a guard: it is not its default false"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"type": "int", "weakens_guard": "lower"}, "needs a default"),
+    ({"type": "int", "required": True, "weakens_guard": "lower"}, "needs a default"),
+    ({"type": "bool", "default": False, "weakens_guard": "lower"}, 'use "changed" for a bool'),
+    ({"type": "text", "default": "x", "weakens_guard": "higher"}, 'use "changed" for a text'),
+    ({"type": "int", "default": 1, "weakens_guard": "below"}, "lower"),
+])
+def test_weakens_guard_must_make_sense(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        ParamSpec.model_validate(spec)
 
 
 # --- fuzzing ----------------------------------------------------------------------

@@ -1,18 +1,30 @@
 """Requests, approvals and locks: who may ask and approve, self-approval, two-person rules,
-denial, expiry, lock conflicts, and the audit event every refused request leaves."""
+denial, expiry, lock conflicts (every node a plan names is locked, hostlists included), and
+the audit event every refused request leaves."""
 
 from __future__ import annotations
 
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
+from adapters.slurm import hostlist
+from adapters.slurm.config import SlurmConfig
+from adapters.slurm.health import HealthCheckAction
+from adapters.slurm.rolling import DriverRolloutAction
 from bot import audit
+from bot.catalogue import KNOWN, Catalogue
 from bot.engine import Engine
+from bot.planning import MAX_PLAN_NODES
 from bot.service import Refused
+from bot.store.schema import locks as locks_table
 from tests.bot import fakes
 from tests.bot.test_engine import record, runbook
+from tests.bot.windowfakes import Systems
 
 
 @pytest.fixture(autouse=True)
@@ -167,3 +179,126 @@ def test_version_conflict_refused(make_bot: Any, tmp_path: Any) -> None:
     other = make_bot({"demo": changed}, url=bot.config.database_url)
     with pytest.raises(Exception, match="Bump the version"):
         other.runbooks()
+
+
+# --- every node a plan touches is locked ----------------------------------------------------
+
+RUNBOOKS = Path(__file__).resolve().parents[2] / "runbooks"
+
+
+def nodes_runbook(name: str, **extra: Any) -> dict[str, Any]:
+    """A runbook over a hostlist that declares no lock of its own."""
+    return runbook([record("a", "{{ nodes }}")], name=name, locks=[],
+                   params={"nodes": {"type": "nodes", "required": True}}, **extra)
+
+
+def node_runbook(name: str, **extra: Any) -> dict[str, Any]:
+    return runbook([record("a", "{{ node }}")], name=name, locks=[], **extra)
+
+
+def held_locks(bot: Any) -> dict[str, int]:
+    with bot.engine.connect() as conn:
+        return {row.name: row.execution_id for row in conn.execute(select(locks_table))}
+
+
+def shipped_bot(make_bot: Any, url: str, names: tuple[str, ...]) -> Any:
+    """A bot over the shipped runbooks, with the real Slurm actions over an in-memory Slurm."""
+    systems = Systems(["gpu01", "gpu02", "gpu03", "gpu04"], ["gpu04"])
+    bot = make_bot({name: (RUNBOOKS / f"{name}.yaml").read_text() for name in names}, url=url)
+    commands = {name: {"argv": ["true"], "accepts_args": True}
+                for name in ("driver-install", "driver-version", "health-check")}
+    slurm = SlurmConfig.model_validate({"commands": commands})
+    extra = [cls(systems.slurm, slurm, lambda s: None)
+             for cls in (HealthCheckAction, DriverRolloutAction)]
+    bot.catalogue = Catalogue([*bot.catalogue._actions.values(), *systems.actions(), *extra],
+                              KNOWN)
+    return bot
+
+
+def test_rollback_driver_pending_refuses_swap_gpu_on_its_nodes(make_bot: Any,
+                                                                db_url: str) -> None:
+    bot = shipped_bot(make_bot, db_url, ("rollback-driver", "swap-gpu"))
+    assert bot.plan("rollback-driver", {"nodes": "gpu[01-02]", "version": "535.161.08"}
+                    ).locks == ["driver:slurm-pool", "node:gpu01", "node:gpu02"]
+    first = bot.request("rollback-driver", {"nodes": "gpu01", "version": "535.161.08"}, "alice")
+    assert bot.get(first).state == "awaiting_approval"  # two approvals: pending for a while
+    swap = {"node": "gpu01", "gpu": "3", "reason": "XID 79"}
+    with pytest.raises(Refused, match=rf"node:gpu01 is held by execution {first} "
+                                      r"\(rollback-driver, requested by alice\)"):
+        bot.request("swap-gpu", swap, "bob")
+    assert held_locks(bot) == {"driver:slurm-pool": first, "node:gpu01": first}
+    other = bot.request("swap-gpu", {**swap, "node": "gpu03"}, "bob")  # another node: fine
+    assert held_locks(bot)["node:gpu03"] == other
+    bot.cancel(first, "alice")
+    bot.request("swap-gpu", swap, "bob")  # released with the rollback
+
+
+def test_overlapping_hostlists_conflict(make_bot: Any, db_url: str) -> None:
+    bot = make_bot({"many": nodes_runbook("many"), "one": node_runbook("one")}, url=db_url)
+    first = bot.request("many", {"nodes": "gpu[01-02]"}, "alice")
+    assert held_locks(bot) == {"node:gpu01": first, "node:gpu02": first}
+    with pytest.raises(Refused, match=rf"node:gpu02 is held by execution {first} \(many, "):
+        bot.request("one", {"node": "gpu02"}, "bob")
+    with pytest.raises(Refused, match=rf"node:gpu02 is held by execution {first} \(many, "):
+        bot.request("many", {"nodes": "gpu[02-03]"}, "bob")
+    second = bot.request("one", {"node": "gpu03"}, "bob")  # the refusal took nothing
+    with pytest.raises(Refused, match=rf"node:gpu03 is held by execution {second} \(one, "):
+        bot.request("many", {"nodes": "gpu04,gpu03"}, "bob")
+    assert held_locks(bot) == {"node:gpu01": first, "node:gpu02": first, "node:gpu03": second}
+    third = bot.request("many", {"nodes": "gpu04"}, "bob")
+    assert held_locks(bot)["node:gpu04"] == third
+
+
+def test_a_plan_locks_each_node_it_names_besides_its_own_locks(make_bot: Any) -> None:
+    both = runbook([record("a", "{{ node }}")], name="both", locks=["node:{{ node }}", "rack:r1"],
+                   params={"node": {"type": "node", "required": True},
+                           "spare": {"type": "node"}, "more": {"type": "nodes"}})
+    bot = make_bot({"both": both})
+    assert bot.plan("both", {"node": "gpu02"}).locks == ["node:gpu02", "rack:r1"]
+    plan = bot.plan("both", {"node": "gpu02", "spare": "gpu04", "more": "gpu[01-02]"})
+    assert plan.locks == ["node:gpu01", "node:gpu02", "node:gpu04", "rack:r1"]
+
+
+def test_a_big_hostlist_is_one_lock_per_node_and_a_huge_one_is_refused(make_bot: Any,
+                                                                       db_url: str) -> None:
+    nodes = [f"gpu{number:04d}" for number in range(1, 4225)]
+    bot = make_bot({"many": nodes_runbook("many"), "one": node_runbook("one")}, url=db_url,
+                   inventory={"nodes": nodes})
+    first = bot.request("many", {"nodes": "gpu[0001-0128]"}, "alice")
+    assert len(held_locks(bot)) == 128
+    with pytest.raises(Refused, match=rf"node:gpu0128 is held by execution {first}"):
+        bot.request("one", {"node": "gpu0128"}, "bob")
+    biggest = bot.request("many", {"nodes": "gpu[0129-4224]"}, "bob")  # 4096 nodes: the cap
+    assert sum(1 for ex in held_locks(bot).values() if ex == biggest) == MAX_PLAN_NODES
+    with pytest.raises(Refused, match="names 4097 nodes; a plan may touch at most 4096"):
+        bot.plan("many", {"nodes": "gpu[0001-4097]"})
+
+
+def test_racing_overlapping_requests_take_all_their_nodes_or_none(make_bot: Any,
+                                                                  db_url: str) -> None:
+    bot = make_bot({"many": nodes_runbook("many")}, url=db_url)
+    asks = ["gpu[01-02]", "gpu[02-03]", "gpu[03-04]", "gpu[04,01]", "gpu[01-04]", "gpu02"] * 2
+    granted: dict[int, str] = {}
+    refused: list[str] = []
+    start = threading.Barrier(len(asks))
+
+    def ask(nodes: str, user: str) -> None:
+        start.wait()
+        try:
+            granted[bot.request("many", {"nodes": nodes}, user)] = nodes
+        except Refused as exc:
+            assert "is held by execution" in str(exc)
+            refused.append(nodes)
+
+    threads = [threading.Thread(target=ask, args=(nodes, ("alice", "bob")[i % 2]))
+               for i, nodes in enumerate(asks)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert granted and len(granted) + len(refused) == len(asks)
+    held = held_locks(bot)
+    for execution_id, nodes in granted.items():  # each holds every node it asked for
+        assert {name for name, ex in held.items() if ex == execution_id} == {
+            f"node:{node}" for node in hostlist.expand(nodes)}
+    assert set(held.values()) == set(granted)  # and a refused one holds nothing

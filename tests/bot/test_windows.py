@@ -4,10 +4,12 @@ inside run one after the other with the approvals collected ahead; closing rever
 reports what ran; a changed plan waits for approval; ``windows: required`` asks one more
 approval outside a window; bad input is refused with nothing stored. With a controllable
 clock, the scheduler opens a window at its start, closes it at its end, and reports a start
-found past the misfire grace as missed."""
+found past the misfire grace as missed. A window holds its nodes' locks from opening to
+closing: its own runs take them, anybody else is refused with the window named."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -18,11 +20,12 @@ import pytest
 import time_machine
 from sqlalchemy import func, select
 
-from bot import audit, windows
+from bot import audit, locking, windows
 from bot.catalogue import Catalogue
 from bot.engine import Engine
 from bot.scheduler import Scheduler
 from bot.service import Refused
+from bot.store.schema import locks as locks_table
 from bot.store.schema import maintenance_windows
 from tests.bot import fakes
 from tests.bot.test_engine import record, runbook
@@ -48,8 +51,7 @@ def strict(**extra: Any) -> dict[str, Any]:
                    windows="required", **extra)
 
 
-@pytest.fixture
-def bot(make_bot: Any, systems: Systems) -> Any:
+def window_bot(make_bot: Any, systems: Systems, url: str | None = None) -> Any:
     made = make_bot({
         "open-window": (RUNBOOKS / "open-window.yaml").read_text(),
         "close-window": (RUNBOOKS / "close-window.yaml").read_text(),
@@ -57,9 +59,25 @@ def bot(make_bot: Any, systems: Systems) -> Any:
         "strict": strict(),
         "flaky": runbook([{"id": "a", "action": "test.flaky", "with": {"key": "{{ node }}"}}],
                          name="flaky"),
-    })
+        # a drain that declares no lock: planning locks its node all the same
+        "drain": runbook([record("a", "{{ node }}")], name="drain", locks=[]),
+        # runs until the test opens its gate
+        "gated": runbook([{"id": "a", "action": "test.gate", "with": {"key": "{{ node }}"}}],
+                         name="gated", locks=[]),
+    }, url=url)
     made.catalogue = Catalogue([*made.catalogue._actions.values(), *systems.actions()])
     return made
+
+
+@pytest.fixture
+def bot(make_bot: Any, systems: Systems) -> Any:
+    return window_bot(make_bot, systems)
+
+
+@pytest.fixture
+def any_bot(make_bot: Any, systems: Systems, db_url: str) -> Any:
+    """The same bot on each database the store supports."""
+    return window_bot(make_bot, systems, db_url)
 
 
 def drive(bot: Any) -> None:
@@ -340,3 +358,114 @@ def test_an_end_is_dealt_with_however_late(bot: Any, systems: Systems, clock: An
         runner.stop()
     assert windows.get(bot, window.id).state == windows.CLOSED
     assert systems.cordoned() == {}
+
+
+# --- a window holds its nodes -----------------------------------------------------------------
+
+
+def held_locks(bot: Any) -> dict[str, int]:
+    with bot.engine.connect() as conn:
+        return {row.name: row.execution_id for row in conn.execute(select(locks_table))}
+
+
+def test_an_open_window_refuses_others_on_its_nodes_while_its_own_run_goes_on(
+        any_bot: Any, systems: Systems) -> None:
+    bot = any_bot
+    window = create(bot, nodes="gpu03", runbooks="gated node=gpu03")
+    windows.approve(bot, window.id, "carol")
+    windows.open_now(bot, window.id, "alice")
+    started = fakes.STARTED.setdefault("gpu03", threading.Event())
+    driver = threading.Thread(target=drive, args=(bot,), daemon=True)
+    driver.start()
+    try:
+        assert started.wait(20), "the window's own run on gpu03 did not start"
+        window = windows.get(bot, window.id)
+        assert window.state == windows.OPEN
+        inner = window.runs[0]["execution_id"]
+        assert bot.get(inner).state == "running"
+        assert held_locks(bot) == {"node:gpu03": inner}  # lent to the window's run
+        for user in ("bob", "alice"):  # anybody else, its creator asking by hand too
+            with pytest.raises(Refused, match=rf"node:gpu03 is held by maintenance window "
+                                              rf"{window.id} \(open on gpu03 until .*created "
+                                              rf"by alice\); lent now to its run, execution "
+                                              rf"{inner} \(gated\)"):
+                bot.request("drain", {"node": "gpu03"}, user)
+        other = bot.request("drain", {"node": "gpu01"}, "bob")  # not the window's node
+    finally:
+        fakes.GATES.setdefault("gpu03", threading.Event()).set()
+        driver.join(30)
+    assert not driver.is_alive()
+    window = windows.get(bot, window.id)
+    assert [run["state"] for run in window.runs] == ["succeeded"]
+    # the run ended: the lock went back to the window, which still refuses others
+    assert held_locks(bot)["node:gpu03"] == window.open_execution_id
+    assert bot.get(other).terminal  # the engine ran it too, beside the window
+    with pytest.raises(Refused, match=rf"node:gpu03 is held by maintenance window {window.id} "
+                                      r"\(open on gpu03"):
+        bot.request("drain", {"node": "gpu03"}, "bob")
+    windows.fire_close(bot, window.id)
+    drive(bot)
+    window = windows.get(bot, window.id)
+    assert window.state == windows.CLOSED
+    assert bot.get(window.close_execution_id).state == "succeeded"  # it took them too
+    assert "node:gpu03" not in held_locks(bot)  # closed: gone
+    bot.request("drain", {"node": "gpu03"}, "bob")
+    for kind in ("locks_lent", "locks_returned", "locks_released"):
+        assert kind in kinds(bot)
+    assert audit.verify(bot.engine).ok
+
+
+def test_the_window_holds_its_nodes_from_its_open_request(any_bot: Any) -> None:
+    bot = any_bot
+    window = create(bot)  # gpu[03-04], no approvals ahead: the opening waits for one
+    windows.fire_open(bot, window.id)
+    window = windows.get(bot, window.id)
+    opening = window.open_execution_id
+    assert bot.get(opening).plan.locks == ["node:gpu03", "node:gpu04", f"window:{window.id}"]
+    assert held_locks(bot) == {"node:gpu03": opening, "node:gpu04": opening,
+                               f"window:{window.id}": opening}
+    with pytest.raises(Refused, match=rf"node:gpu04 is held by maintenance window "
+                                      rf"{window.id} \(opening on gpu\[03-04\]"):
+        bot.request("drain", {"node": "gpu04"}, "bob")
+    second = create(bot, nodes="gpu[02-03]")  # overlapping windows: the second cannot open
+    assert windows.fire_open(bot, second.id).startswith(
+        f"refused: node:gpu03 is held by maintenance window {window.id}")
+    assert windows.get(bot, second.id).state == windows.FAILED
+    assert "node:gpu02" not in held_locks(bot)
+    bot.approve(opening, "dave")
+    drive(bot)
+    assert windows.get(bot, window.id).state == windows.OPEN
+    # open-window ended: its window:ID lock went, the node locks stay the window's
+    assert held_locks(bot) == {"node:gpu03": opening, "node:gpu04": opening}
+    windows.cancel(bot, window.id, "alice")
+    drive(bot)
+    assert windows.get(bot, window.id).state == windows.CLOSED
+    assert held_locks(bot) == {}
+
+
+def test_a_window_that_does_not_open_lets_its_nodes_go(any_bot: Any) -> None:
+    bot = any_bot
+    window = create(bot)
+    windows.fire_open(bot, window.id)
+    opening = windows.get(bot, window.id).open_execution_id
+    bot.deny(opening, "dave", "not tonight")
+    drive(bot)
+    assert windows.get(bot, window.id).state == windows.FAILED
+    assert held_locks(bot) == {}
+    bot.request("drain", {"node": "gpu03"}, "bob")
+
+
+def test_a_window_does_not_open_over_a_node_somebody_holds(any_bot: Any) -> None:
+    bot = any_bot
+    holder = bot.request("drain", {"node": "gpu04"}, "bob")
+    window = create(bot)
+    windows.approve(bot, window.id, "carol")
+    assert windows.fire_open(bot, window.id).startswith(
+        f"refused: node:gpu04 is held by execution {holder} (drain, requested by bob)")
+    window = windows.get(bot, window.id)
+    assert window.state == windows.FAILED and "node:gpu04 is held" in (window.report or "")
+    assert held_locks(bot) == {"node:gpu04": holder}
+
+
+def test_lock_module_knows_the_states_in_which_a_window_holds_its_nodes() -> None:
+    assert set(locking.WINDOW_HOLDS) == {windows.OPENING, windows.OPEN, windows.CLOSING}

@@ -1,5 +1,6 @@
 """Prometheus and Alertmanager in the bot, against the lab's real daemons: promql checks pass,
-fail, fail on no data and fail closed with Prometheus down; the alerts gate; and the whole
+fail, fail on one series of many (judged by its whole label set, not by host and GPU), fail
+on no data and fail closed with Prometheus down; the alerts gate; and the whole
 alert path — a lab fault xid=79 on gpu02 travels Prometheus -> Alertmanager -> the bot's
 /alerts webhook (`runbook serve`) -> one swap-gpu proposal for gpu02."""
 
@@ -37,6 +38,14 @@ CHECKS = {
     ],
     "steps": [{"id": "note", "action": "chat.notify", "with": {"message": "checked"}}],
 }
+# One series per GPU, labelled by UUID only (no Hostname, node or gpu label), hottest first.
+BY_UUID = {
+    "name": "gpu-checks-by-uuid", "version": "1.0.0", "summary": "every GPU, by UUID",
+    "risk": "low", "params": {"node": {"type": "node", "required": True}},
+    "pre_checks": [{"name": "every GPU below 90 C", "expect": "< 90", "promql":
+                    'sort_desc(max by (UUID) (DCGM_FI_DEV_GPU_TEMP{Hostname="{{ node }}"}))'}],
+    "steps": [{"id": "note", "action": "chat.notify", "with": {"message": "checked"}}],
+}
 
 
 @pytest.fixture
@@ -44,6 +53,7 @@ def checks_bot(lab: Lab, tmp_path: Path) -> Bot:
     folder = tmp_path / "runbooks"
     folder.mkdir()
     (folder / "gpu-checks.yaml").write_text(yaml.safe_dump(CHECKS))
+    (folder / "gpu-checks-by-uuid.yaml").write_text(yaml.safe_dump(BY_UUID))
     config = load_config(lab.dir / "bot.yaml").model_copy(update={
         "database_url": f"sqlite:///{tmp_path / 'bot.db'}", "runbook_paths": [folder],
         "engine": EngineConfig(lease_seconds=10, poll_seconds=0.1)})
@@ -68,6 +78,27 @@ def test_promql_check_passes_and_fails(lab: Lab, checks_bot: Bot) -> None:
         assert ex.state == "failed"
         assert "GPUs below 90 C' failed: 1 of 1 series not < 90" in (ex.error or "")
         assert "nothing was run" in (ex.error or "")
+    finally:
+        lab.lab("fault", "gpu03", "clear")
+
+
+def test_one_hot_gpu_of_eight_fails_the_check(lab: Lab, checks_bot: Bot) -> None:
+    """Eight series that share no host or GPU label: the one hot GPU fails the check even
+    though seven passing series come after it."""
+    query = 'DCGM_FI_DEV_GPU_TEMP{Hostname="gpu03", gpu="5"}'
+    wait_until(lambda: prometheus_sees(lab, query), "the first scrape", timeout=60)
+    assert run(checks_bot, "gpu-checks-by-uuid", {"node": "gpu03"}).state == "succeeded"
+    lab.lab("fault", "gpu03", "temp=95", "gpu=5")
+    try:
+        wait_until(lambda: prometheus_sees(lab, query + " > 90"), "the hot GPU", timeout=30)
+        url = (lab["monitoring"]["prometheus_url"] + "/api/v1/query?query="
+               + urllib.parse.quote(query))
+        with urllib.request.urlopen(url, timeout=5) as response:
+            uuid = json.loads(response.read())["data"]["result"][0]["metric"]["UUID"]
+        ex = run(checks_bot, "gpu-checks-by-uuid", {"node": "gpu03"})
+        assert ex.state == "failed"
+        assert ("'every GPU below 90 C' failed: 1 of 8 series not < 90: "
+                f'{{UUID="{uuid}"}} 95') in (ex.error or "")
     finally:
         lab.lab("fault", "gpu03", "clear")
 

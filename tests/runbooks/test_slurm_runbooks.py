@@ -1,7 +1,9 @@
 """The shipped Slurm runbooks end to end against the lab's real Slurm, MariaDB and slurmdbd:
 drain and resume, maintenance reservations, swap-gpu (with a person confirming, and with a
 failing health check), a driver rollback over several nodes (and its stop at the first
-failure), restore-slurmdbd, a wait_idle timeout, and slurmctld stopped in the middle of a run."""
+failure), restore-slurmdbd, a wait_idle timeout, and slurmctld stopped in the middle of a
+run; guard-weakening parameters (a lower capacity floor, a higher max_parallel) need
+break-glass, and no request goes under the site floor."""
 
 from __future__ import annotations
 
@@ -17,10 +19,10 @@ from typing import Any
 import pytest
 
 from bot import audit
-from bot.config import EngineConfig, load_config
+from bot.config import EngineConfig, GuardsConfig, PoolFloors, UserConfig, load_config
 from bot.engine import Engine
 from bot.executions import Execution
-from bot.service import Bot
+from bot.service import Bot, Refused
 from tests.lab.fixture import Lab
 
 pytestmark = pytest.mark.lab
@@ -37,9 +39,10 @@ def bot(lab: Lab, tmp_path: Path) -> Iterator[Bot]:
 
 
 def run(bot: Bot, name: str, params: dict[str, str], approvers: tuple[str, ...] = ("carol",),
-        during: Callable[[Bot, int], None] | None = None) -> Execution:
+        during: Callable[[Bot, int], None] | None = None,
+        break_glass: bool = False) -> Execution:
     """Request as alice, approve, drive to the end (``during`` runs beside the engine)."""
-    execution_id = bot.request(name, params, "alice")
+    execution_id = bot.request(name, params, "alice", break_glass=break_glass)
     for approver in approvers:
         if bot.get(execution_id).state == "awaiting_approval":
             bot.approve(execution_id, approver)
@@ -108,6 +111,25 @@ def test_drain_node_then_resume_node(lab: Lab, bot: Bot) -> None:
         resume_everything(lab, "gpu01")
 
 
+def test_drain_node_lower_floor_needs_break_glass_never_under_the_site_floor(
+        lab: Lab, bot: Bot) -> None:
+    asked = {"node": "gpu01", "reason": "floor test", "min_free_gpus": "0"}
+    with pytest.raises(Refused, match=r"min_free_gpus=0 weakens a guard .* lower than its "
+                                      r"default 8\. To go ahead anyway ask for break-glass"):
+        bot.request("drain-node", asked, "alice")
+    sited = Bot.from_config(bot.config.model_copy(update={
+        "guards": GuardsConfig(min_free_gpus=PoolFloors(slurm=1000))}))
+    with pytest.raises(Refused, match=r"the site floor: .*Slurm pool: \d+ free GPUs now, \d+ "
+                                      r"after taking gpu01 out \(floor 1000, the site floor"):
+        sited.request("drain-node", asked, "alice", break_glass=True)
+    try:
+        ex = run(bot, "drain-node", asked, approvers=("carol", "dave"), break_glass=True)
+        assert ex.state == "succeeded", ex.error
+        assert ex.approvals_required == 2 and "DRAIN" in node(lab, "gpu01")["state"]
+    finally:
+        resume_everything(lab, "gpu01")
+
+
 def test_wait_idle_timeout_undoes_the_drain(lab: Lab, bot: Bot) -> None:
     job = lab.run("sbatch", "--parsable", "-o", "/dev/null", "-w", "gpu02", "-N1",
                   "-J", "long-training", "--wrap", "sleep 120").stdout.strip()
@@ -121,6 +143,45 @@ def test_wait_idle_timeout_undoes_the_drain(lab: Lab, bot: Bot) -> None:
         assert "wait-idle failed" in (ex.error or "") and job in (ex.error or "")
         assert "undone: slurm-drain" in (ex.error or "")
         assert "DRAIN" not in node(lab, "gpu02")["state"]
+    finally:
+        lab.run("scancel", job)
+        resume_everything(lab, "gpu02")
+
+
+def start_job(lab: Lab, node_name: str, seconds: int = 300) -> str:
+    job = lab.run("sbatch", "--parsable", "-o", "/dev/null", "-w", node_name, "-N1",
+                  "-J", "long-training", "--wrap", f"sleep {seconds}").stdout.strip()
+    deadline = time.monotonic() + 30
+    while "RUNNING" not in lab.run("squeue", "-h", "-j", job, "-o", "%T").stdout:
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.2)
+    return job
+
+
+def test_cancel_of_a_drain_waiting_for_a_job_is_undone_within_seconds(lab: Lab,
+                                                                     bot: Bot) -> None:
+    """The drain waits for a training job (hours in production); a cancel brings the node
+    back into service at once and leaves the job alone."""
+    job = start_job(lab, "gpu02")
+    seen: dict[str, float] = {}
+
+    def cancel_while_waiting(bot: Bot, execution_id: int) -> None:
+        wait_for_event(bot, execution_id, "step_started", "wait-idle")
+        time.sleep(0.5)
+        asked = time.monotonic()
+        bot.cancel(execution_id, "alice")
+        while "DRAIN" in node(lab, "gpu02")["state"]:
+            assert time.monotonic() - asked < 10, "the node stayed drained"
+            time.sleep(0.05)
+        seen["back"] = time.monotonic() - asked
+
+    try:
+        ex = run(bot, "drain-node", {"node": "gpu02", "reason": "cancel me"},
+                 during=cancel_while_waiting)
+        assert ex.state == "cancelled", ex.error
+        assert seen["back"] < 5
+        assert "undone: slurm-drain" in (ex.error or "")
+        assert "RUNNING" in lab.run("squeue", "-h", "-j", job, "-o", "%T").stdout
     finally:
         lab.run("scancel", job)
         resume_everything(lab, "gpu02")
@@ -178,10 +239,16 @@ def test_swap_gpu_failed_health_check_leaves_the_node_drained(lab: Lab, bot: Bot
 
 
 def test_rollback_driver_over_two_nodes(lab: Lab, bot: Bot) -> None:
+    # max_parallel above its default weakens a guard: break-glass, a third approver
+    bot.config.users["erin"] = UserConfig(groups=["gpu-leads"])
+    asked = {"nodes": "gpu[01-02]", "version": "550.54.15", "max_parallel": "2"}
+    with pytest.raises(Refused, match=r"max_parallel=2 weakens a guard .*--break-glass"):
+        bot.request("rollback-driver", asked, "alice")
     try:
-        ex = run(bot, "rollback-driver", {"nodes": "gpu[01-02]", "version": "550.54.15",
-                                          "max_parallel": "2"}, approvers=("carol", "dave"))
+        ex = run(bot, "rollback-driver", asked, approvers=("carol", "dave", "erin"),
+                 break_glass=True)
         assert ex.state == "succeeded", ex.error
+        assert ex.approvals_required == 3 and ex.plan.break_glass
         for name in ("gpu01", "gpu02"):
             assert lab.lab("driver", name).stdout.strip() == "550.54.15"
             assert node(lab, name)["state"] == "IDLE"

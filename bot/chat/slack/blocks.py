@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot import rendering
+from bot import locking, rendering
 from bot.durations import format_duration
 from bot.executions import Execution, StepState
 from bot.planning import Plan, PlannedCheck
@@ -67,7 +67,9 @@ def capacity_lines(plan: Plan) -> list[str]:
     guards = [c for c in plan.pre_checks if c.kind == "capacity" and not c.skipped]
     lines = [f"• {c.name}: " + ", ".join(f"{k} {v}" for k, v in c.spec.items()) for c in guards]
     if plan.break_glass:
-        lines.append("• break-glass: the capacity guard is overridden (one extra approval)")
+        lines.append("• break-glass (one extra approval): the runbook's capacity floor is "
+                     "overridden, never the site floor")
+    lines += [f"• break-glass: {guard.describe()}" for guard in plan.weakened_guards]
     if plan.outside_window:
         lines.append("• outside a maintenance window: the runbook requires one, so this "
                      "needs one extra (break-glass) approval")
@@ -84,7 +86,9 @@ def plan_message(ex: Execution, approvers: list[str], now: float | None = None) 
         _context(f"requested by *{ex.requested_by}* · risk *{plan.risk}* · "
                  f"parameters `{rendering.params_text(plan.params)}`"),
         _section("*Operations*\n" + _code(operations or ["(none)"])),
-        _section("*Locks*: " + (", ".join(f"`{lock}`" for lock in plan.locks) or "none")
+        _section("*Locks*: "
+                 + (", ".join(f"`{lock}`" for lock in locking.compact(plan.locks))
+                    or "none")
                  + "\n*Capacity*\n" + "\n".join(capacity_lines(plan))),
     ]
     checks = _checks("Pre-checks", plan.pre_checks) + _checks("Post-checks", plan.post_checks)
