@@ -311,15 +311,15 @@ class Engine:
             self.report(ex.id, f"resumed at stage {ex.stage}")
             return True
         in_flight = self._in_flight(ex)
-        if ex.resume == "manual" and ex.state == "running":
-            raise _Hold(f"the engine driving it ({previous}) stopped at stage {ex.stage}; the "
-                        f"runbook says resume: manual: `runbook resume {ex.id}` or "
-                        f"`runbook cancel {ex.id}`")
         if in_flight is not None and not in_flight.idempotent and ex.state == "running":
             raise _Hold(f"step {in_flight.id} ({in_flight.action}) was under way when the "
                         f"engine driving it ({previous}) stopped, and it is not idempotent: "
                         f"check what it did, then `runbook resume {ex.id}` to run it again or "
                         f"`runbook cancel {ex.id}` to undo")
+        if ex.resume == "manual" and ex.state == "running":
+            raise _Hold(f"the engine driving it ({previous}) stopped at stage {ex.stage}; the "
+                        f"runbook says resume: manual: `runbook resume {ex.id}` or "
+                        f"`runbook cancel {ex.id}`")
         if in_flight is not None:
             self._wait_out_old_lease(claim)
         with self._write(claim) as conn:
