@@ -6,6 +6,8 @@ leader election helper.
     actions = KubernetesActions(ClientBackend(config), config).all()
 """
 
+from typing import TYPE_CHECKING, Any
+
 from adapters.kubernetes.actions import (
     ACTION_CLASSES,
     CordonAction,
@@ -33,9 +35,23 @@ from adapters.kubernetes.backend import (
     Pod,
     Taint,
 )
-from adapters.kubernetes.client import ClientBackend, make_api_client, make_backend
 from adapters.kubernetes.config import GpuOperatorConfig, KubernetesConfig
 from adapters.kubernetes.leader import LeaseElector
+
+if TYPE_CHECKING:
+    from adapters.kubernetes.client import ClientBackend, make_api_client, make_backend
+
+_CLIENT_NAMES = frozenset({"ClientBackend", "make_api_client", "make_backend"})
+
+
+def __getattr__(name: str) -> Any:
+    """The client half imports the official ``kubernetes`` package (a second of start-up):
+    only when it is used, so commands that never talk to Kubernetes start fast."""
+    if name in _CLIENT_NAMES:
+        from adapters.kubernetes import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "ACTION_CLASSES",

@@ -41,8 +41,8 @@ from tests.conftest import lab_config
 
 # Trials per test: approve against deny, the race that once let a denied request run, gets
 # the most; the whole file stays within about a minute on two cores.
-TRIALS = {"postgres": 50, "sqlite": 30}
-DENY_TRIALS = {"postgres": 100, "sqlite": 30}
+TRIALS = {"postgres": 100, "sqlite": 10}
+DENY_TRIALS = {"postgres": 100, "sqlite": 10}
 SPAWN = multiprocessing.get_context("spawn")
 WAIT = 60.0  # seconds a worker or the test waits for the other side before giving up
 
