@@ -36,7 +36,7 @@ deps:
 	fi
 
 lint: venv
-	$(BIN)/ruff check bot adapters tests bench deploy/lab
+	$(BIN)/ruff check kit bot adapters tests bench deploy/lab
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import yaml
 
 from bot.config import Config
-from bot.service import Bot
-from bot.serving import make_handler
+from bot.runtime.serving import make_handler
+from bot.service import Service
 
 RUNBOOK = {
     "name": "drain-node", "version": "1.0.0", "summary": "bench", "risk": "medium",
@@ -40,7 +40,7 @@ def main(count: int = 200) -> None:
             "alert_rules": [{"match": {"alertname": "GpuXidUncorrectable"},
                              "runbook": "drain-node",
                              "params": {"node": "{{ labels.node }}", "reason": "XID 48"}}]})
-        bot = Bot.from_config(config)
+        bot = Service.from_config(config)
         bot.runbooks()
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))

@@ -1,12 +1,12 @@
 """Audit log throughput on a SQLite file database.
 
-1. append: ``bot.audit.append`` with one event per transaction (``engine.begin()``,
+1. append: ``bot.store.audit.append`` with one event per transaction (``engine.begin()``,
    the way the engine writes every state change), on a file DB opened by
    ``bot.store.db.connect`` (WAL, synchronous=NORMAL, BEGIN IMMEDIATE).
    Goal: >= 2,000 events/s.
-2. verify: ``bot.audit.verify(engine)`` over a log of --events events (default
+2. verify: ``bot.store.audit.verify(engine)`` over a log of --events events (default
    1,000,000). The log is built quickly: valid chained events computed with
-   ``bot.audit.event_hash``, bulk-inserted with executemany in one transaction.
+   ``bot.store.audit.event_hash``, bulk-inserted with executemany in one transaction.
    Goal: >= 100,000 events/s.
 3. sanity: edit one event in the middle (and, separately, delete one) and show
    that verify names it.
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bot import audit
-from bot.store import db
+from bot.store import audit, db
+from kit.canonical import canonical
 
 APPEND_GOAL = 2_000
 VERIFY_GOAL = 100_000
@@ -83,7 +83,7 @@ def build_log(path: Path, count: int, batch: int = 50_000) -> float:
         execution_id = None if seq % 50 == 0 else 1 + seq // 40
         kind = KINDS[seq % len(KINDS)]
         actor = "engine" if seq % 7 else "alice"
-        data_json = audit.canonical({
+        data_json = canonical({
             "step": f"s{seq % 200:04d}", "attempt": 1, "state": "succeeded",
             "summary": f"drained gpu{seq % 64:02d}", "details": {"node": f"gpu{seq % 64:02d}"},
             "changed": bool(seq % 2), "note": "ünïcode ok",
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         appended = bench_append(f"sqlite:///{folder / 'append.db'}", args.appends)
         result["append"] = {**appended, "goal_events_per_s": APPEND_GOAL,
                             "goal_met": appended["events_per_s"] >= APPEND_GOAL}
-        print(f"append (bot.audit.append, one event per transaction, SQLite file DB, WAL): "
+        print(f"append (bot.store.audit.append, one event per transaction, SQLite file DB, WAL): "
               f"{appended['events']} events in {appended['seconds']:.2f} s = "
               f"{appended['events_per_s']:,.0f} events/s "
               f"(per transaction: median {appended['latency_median_ms']:.3f} ms, "
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             "events_per_s": rate, "events_per_s_best": verdict.events / best,
             "goal_events_per_s": VERIFY_GOAL, "goal_met": rate >= VERIFY_GOAL,
         }
-        print(f"verify (bot.audit.verify): {verdict.events:,} events, ok={verdict.ok}, "
+        print(f"verify (bot.store.audit.verify): {verdict.events:,} events, ok={verdict.ok}, "
               f"median {median:.2f} s over {len(times)} runs (best {best:.2f} s) = "
               f"{rate:,.0f} events/s (best {verdict.events / best:,.0f})")
         print(f"  goal >= {VERIFY_GOAL:,} events/s: "

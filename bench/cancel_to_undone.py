@@ -24,10 +24,10 @@ import threading
 import time
 from pathlib import Path
 
-from bot import audit
 from bot.config import EngineConfig, load_config
-from bot.engine import Engine
-from bot.service import Bot
+from bot.execution.engine import Engine
+from bot.service import Service
+from bot.store import audit
 
 GOAL_SECONDS = 5.0
 NODE = "gpu02"
@@ -57,7 +57,7 @@ def start_job() -> str:
     return job
 
 
-def one_cancel(bot: Bot) -> tuple[float, float]:
+def one_cancel(bot: Service) -> tuple[float, float]:
     execution_id = bot.request("drain-node", {"node": NODE, "reason": "bench"}, "alice")
     if bot.get(execution_id).state == "awaiting_approval":
         bot.approve(execution_id, "carol")
@@ -66,7 +66,7 @@ def one_cancel(bot: Bot) -> tuple[float, float]:
     worker.start()
 
     def waiting() -> bool:
-        with bot.engine.connect() as conn:
+        with bot.db.connect() as conn:
             return any(e["kind"] == "step_started" and e["data"].get("step") == "wait-idle"
                        for e in audit.events(conn, execution_id=execution_id))
 
@@ -105,7 +105,7 @@ def main() -> None:
             "database_url": f"sqlite:///{Path(folder) / 'bot.db'}",
             "engine": EngineConfig(lease_seconds=10, poll_seconds=0.1),
         })
-        bot = Bot.from_config(config)
+        bot = Service.from_config(config)
         job = start_job()
         try:
             floor = [baseline() for _ in range(args.runs)]
@@ -114,7 +114,7 @@ def main() -> None:
         finally:
             slurm("scancel", job)
             slurm("scontrol", "update", f"NodeName={NODE}", "State=RESUME")
-        bot.engine.dispose()
+        bot.db.dispose()
     back = statistics.median(r[0] for r in runs)
     ended = statistics.median(r[1] for r in runs)
     base = statistics.median(floor)

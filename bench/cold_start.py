@@ -3,12 +3,12 @@
 Runs, interleaved, --runs times each (default 20) after one warm-up each:
 
 * ``python -c pass``                     (baseline: the interpreter alone)
-* ``python -m bot.cli --help``
+* ``python -m bot --help``
 * ``runbook --help``                     (the installed console script beside python)
 
 and prints median and p90 wall time in ms, plus each figure minus the baseline.
 Then lists which heavy modules (sqlalchemy, pydantic, jinja2, yaml) ``--help``
-imports, by running ``bot.cli._parser().parse_args(["--help"])`` in a child and
+imports, by running ``bot.surfaces.cli._parser().parse_args(["--help"])`` in a child and
 reading ``sys.modules`` at exit, and shows the largest cumulative imports from
 ``python -X importtime``. Goal: < 300 ms, and no heavy module imported.
 
@@ -39,8 +39,8 @@ def _report():
     names = sorted({m.split(".")[0] for m in sys.modules})
     sys.__stderr__.write("\nMODULES " + json.dumps(names) + "\n")
 atexit.register(_report)
-import bot.cli
-bot.cli._parser().parse_args(["--help"])
+import bot.surfaces.cli
+bot.surfaces.cli._parser().parse_args(["--help"])
 """
 
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     commands: dict[str, list[str]] = {
         "python -c pass": [python, "-c", "pass"],
-        "python -m bot.cli --help": [python, "-m", "bot.cli", "--help"],
+        "python -m bot --help": [python, "-m", "bot", "--help"],
     }
     if script.exists():
         commands["runbook --help"] = [str(script), "--help"]
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
           f"heavy ones: {', '.join(heavy) if heavy else 'none'}")
 
     # where does the import time go? (python -X importtime, cumulative microseconds)
-    it = subprocess.run([python, "-X", "importtime", "-m", "bot.cli", "--help"],
+    it = subprocess.run([python, "-X", "importtime", "-m", "bot", "--help"],
                         capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     rows = []
     for ln in it.stderr.splitlines():

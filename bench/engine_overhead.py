@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from adapters.actions import ActionContext, ActionResult, StrictArguments
-from bot import checks, params
-from bot.catalogue import Catalogue
 from bot.config import Config
-from bot.engine import Engine
-from bot.service import Bot
+from bot.execution.checks.core import Checks
+from bot.execution.engine import Engine
+from bot.runbooks import params
+from bot.runbooks.catalogue import Catalogue
+from bot.service import Service
 from bot.store import db
 
 GOAL_MS = 5.0
@@ -111,11 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         config = Config(database_url=f"sqlite:///{folder / 'bench.db'}",
                         runbook_paths=[runbooks], host_commands={})
         action = NoopAction()
-        bot = Bot(
+        bot = Service(
             config=config,
             engine=db.connect(config.resolved_database_url()),
             catalogue=Catalogue([action]),
-            checks=checks.Checks({}),
+            checks=Checks({}),
             inventory=params.Inventory(),
         )
         bot.runbooks()
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                 action_ms.extend((end - start) * 1000 for _, _, start, end in spans)
         finally:
             engine.close()
-            bot.engine.dispose()
+            bot.db.dispose()
         if profiler:
             profiler.dump_stats(args.profile)
 

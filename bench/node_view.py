@@ -14,9 +14,9 @@ import subprocess
 import sys
 import time
 
-from bot import nodeview
 from bot.config import load_config
-from bot.service import Bot
+from bot.service import Service
+from bot.surfaces import nodeview
 
 
 def timed(call: object, runs: int) -> list[float]:
@@ -31,7 +31,7 @@ def timed(call: object, runs: int) -> list[float]:
 def main() -> None:
     if not os.environ.get("RUNBOOK_CONFIG"):
         sys.exit("needs the lab: deploy/lab/lab up && eval \"$(deploy/lab/lab env)\"")
-    bot = Bot.from_config(load_config())
+    bot = Service.from_config(load_config())
     nodes = sorted(bot.inventory.nodes)
     one = timed(lambda: nodeview.build(bot, [nodes[0]]), 20)
     together = timed(lambda: nodeview.build(bot, nodes), 10)
@@ -39,7 +39,7 @@ def main() -> None:
     cold = []
     for _ in range(5):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "bot.cli", "node", nodes[0]], check=True,
+        subprocess.run([sys.executable, "-m", "bot", "node", nodes[0]], check=True,
                        capture_output=True)
         cold.append((time.perf_counter() - started) * 1000)
     result = {

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import yaml
 
 from bot.config import load_config, shipped_runbooks
-from bot.service import Bot
-from tests.bot.chat.slackhelp import FakeSlack, SlackClientSide, free_port
+from bot.service import Service
+from tests.bot.surfaces.slack.slackhelp import FakeSlack, SlackClientSide, free_port
 
 BUSY = """\
 name: bench-busy
@@ -64,7 +64,7 @@ def measure(slack: SlackClientSide, senders: int, requests: int, text: str) -> l
 
 def start_serve(config_file: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, RUNBOOK_CONFIG=str(config_file))
-    serve = subprocess.Popen([sys.executable, "-m", "bot.cli", "serve", "--port", str(port)],
+    serve = subprocess.Popen([sys.executable, "-m", "bot", "serve", "--port", str(port)],
                              env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
@@ -97,7 +97,7 @@ def main() -> None:
                    engine={"poll_seconds": 0.2})
         config_file = folder / "bot.yaml"
         config_file.write_text(yaml.safe_dump(raw))
-        bot = Bot.from_config(load_config(config_file))
+        bot = Service.from_config(load_config(config_file))
         port = free_port()
         serve = start_serve(config_file, port, folder / "serve.log")
         try:

@@ -166,7 +166,8 @@ class SlackConfig(BaseModel):
 
 
 class LeaderElectionConfig(BaseModel):
-    """Which of several ``runbook serve`` replicas runs executions and schedules (bot.leadership).
+    """Which of several ``runbook serve`` replicas runs executions and schedules
+    (bot.runtime.leadership).
 
     ``method``: ``auto`` = ``none`` on SQLite (one replica only), else ``kubernetes`` when the
     bot runs in a cluster (KUBERNETES_SERVICE_HOST) and has a ``kubernetes`` section, else

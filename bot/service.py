@@ -2,7 +2,7 @@
 
 The CLI, the chat surfaces, schedules and alerts all call these methods; they
 validate, plan, check permissions, take locks and record every decision in the
-audit log. Running the steps is the engine's job (bot.engine).
+audit log. Running the steps is the engine's job (bot.execution.engine).
 
 Errors a person can fix are ``Refused`` (exit code 2 on the CLI): nothing was
 done, and a refused run request still leaves one audit event saying who asked
@@ -23,14 +23,12 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 
 from adapters.slurm import hostlist
-from bot import audit, confirming, executions, locking, params, versions
-from bot.catalogue import Catalogue
-from bot.checks import Checks
 from bot.config import Config
-from bot.executions import Execution
-from bot.loading import LoadedRunbook, RunbookError, load_all, load_text
-from bot.planning import (
-    ApprovalPolicy,
+from bot.execution import confirming, executions, locking
+from bot.execution.approval import approval_problem, may_steer
+from bot.execution.checks.core import Checks
+from bot.execution.executions import Execution
+from bot.execution.planning import (
     Plan,
     PlanError,
     make_plan,
@@ -38,12 +36,12 @@ from bot.planning import (
     with_break_glass,
     with_outside_window,
 )
-from bot.store import db
+from bot.runbooks import params, versions
+from bot.runbooks.catalogue import Catalogue
+from bot.runbooks.loading import LoadedRunbook, RunbookError, load_all, load_text
+from bot.store import audit, db
 from bot.store.schema import approvals, maintenance_windows, runbook_versions
-
-
-class Refused(Exception):
-    """The request cannot be done as asked; nothing was changed. The message says why."""
+from kit.errors import Refused
 
 
 @dataclass(frozen=True)
@@ -59,9 +57,9 @@ class Preapproval:
 
 
 @dataclass
-class Bot:
+class Service:
     config: Config
-    engine: Engine
+    db: Engine
     catalogue: Catalogue
     checks: Checks
     inventory: params.Inventory
@@ -71,14 +69,14 @@ class Bot:
     _pinned: dict[tuple[str, str, str], LoadedRunbook] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, config: Config) -> Bot:
-        from bot.assembly import assemble
+    def from_config(cls, config: Config) -> Service:
+        from bot.execution.assembly import assemble
 
         engine = db.connect(config.resolved_database_url())
         parts = assemble(config, engine)
         return cls(
             config=config,
-            engine=engine,
+            db=engine,
             catalogue=parts.catalogue,
             checks=parts.checks,
             inventory=parts.inventory,
@@ -92,7 +90,7 @@ class Bot:
         """Every runbook, validated, with its version recorded (or refused on a conflict)."""
         if self._runbooks is None:
             found = load_all(self.config.runbook_paths, self.catalogue.arguments())
-            with self.engine.begin() as conn:
+            with self.db.begin() as conn:
                 problems = []
                 for loaded in found.values():
                     try:
@@ -123,7 +121,7 @@ class Bot:
             return current
         key = (name, version, content_hash)
         if key not in self._pinned:
-            with self.engine.connect() as conn:
+            with self.db.connect() as conn:
                 source = conn.execute(sa_select(runbook_versions.c.source).where(
                     runbook_versions.c.name == name, runbook_versions.c.version == version,
                     runbook_versions.c.content_hash == content_hash)).scalar()
@@ -174,7 +172,7 @@ class Bot:
         nodes = runbook_nodes(loaded, plan.params)
         if window is not None and nodes <= window:
             return plan
-        with self.engine.connect() as conn:
+        with self.db.connect() as conn:
             rows = conn.execute(sa_select(maintenance_windows.c.nodes)
                                 .where(maintenance_windows.c.state == "open")).scalars().all()
         if rows and nodes <= {n for hosts in rows for n in hostlist.expand(hosts)}:
@@ -210,7 +208,7 @@ class Bot:
         (the lookup reads the audit log)."""
         if "previous_driver_version" not in loaded.source:
             return {"previous_driver_version": None}
-        with self.engine.connect() as conn:
+        with self.db.connect() as conn:
             return {"previous_driver_version": audit.previous_driver_version(conn)}
 
     def request(self, name: str, raw: Mapping[str, str], user: str, source: str = "cli",
@@ -226,13 +224,13 @@ class Bot:
         ``also``: runs inside the request's transaction with the new execution ID (a
         schedule records its run there: recorded once with its execution, or not at all).
         ``window_id``: that maintenance window itself asks (a runbook inside it, its
-        close-window): the run may take the node locks the window holds (bot.locking).
+        close-window): the run may take the node locks the window holds (bot.execution.locking).
         """
         extras = _Extras(preapproved, also, window_id)
         try:
             return self._request(name, raw, user, source, configured, break_glass, extras)
         except (Refused, locking.LockConflict, RunbookError) as exc:
-            with self.engine.begin() as conn:
+            with self.db.begin() as conn:
                 audit.append(conn, "refused", user, {
                     "runbook": name[:64], "params": {k[:41]: _clip(v) for k, v in raw.items()},
                     "source": source, "reason": str(exc)[:2000],
@@ -260,7 +258,7 @@ class Bot:
     def _record_request(self, plan: Plan, loaded: LoadedRunbook, user: str, source: str,
                         now: float, deadline: float | None, lock_until: float,
                         extras: _Extras) -> int:
-        with self.engine.begin() as conn:
+        with self.db.begin() as conn:
             execution_id = executions.create(conn, plan, user, loaded.runbook.resume, deadline)
             token = locking.acquire(conn, plan.locks, execution_id, user, lock_until, now,
                                     window_id=extras.window_id)
@@ -299,7 +297,7 @@ class Bot:
             return
         counted: list[str] = []
         for approver in dict.fromkeys(ahead.approvers):
-            problem = self.approval_problem(plan.approval, plan.runbook, approver, user)
+            problem = approval_problem(self.config, plan.approval, plan.runbook, approver, user)
             if problem is not None:
                 audit.append(conn, "approval_refused", approver,
                              {"reason": problem, "ahead": ahead.subject}, execution_id)
@@ -314,22 +312,6 @@ class Bot:
         if len(counted) >= policy.required:
             executions.set_fields(conn, execution_id, state="approved")
 
-    def approval_problem(self, policy: ApprovalPolicy, runbook: str, approver: str,
-                         requester: str, *, asked: str | None = None,
-                         denying: bool = False) -> str | None:
-        """Why ``approver`` may not approve ``runbook`` asked for by ``requester``, or None.
-
-        The one rule for every approval (requests, approvals ahead, schedules, windows):
-        the runbook's approvers only, and not the requester unless the policy allows it (a
-        requester may still deny). ``asked`` says what the requester did, for the message.
-        """
-        if not self.config.matches(approver, policy.approvers):
-            return (f"{approver} may not approve {runbook}: its approvers are "
-                    f"{', '.join(policy.approvers)}")
-        if approver == requester and not policy.self_approval and not denying:
-            return f"{approver} {asked or f'requested {runbook}'} and may not approve it too"
-        return None
-
     # --- decisions ----------------------------------------------------------------------
 
     def approve(self, execution_id: int, user: str) -> Execution:
@@ -338,7 +320,7 @@ class Bot:
         racing a denial, an expiry or a changed plan is refused with what it found."""
         self.get(execution_id)  # ends it first if its approval window has passed
         try:
-            with self.engine.begin() as conn:
+            with self.db.begin() as conn:
                 ex = self._awaiting(conn, execution_id, user, "approve")
                 problem = self._may_decide(ex, user)
                 if problem is None:
@@ -385,7 +367,7 @@ class Bot:
     def deny(self, execution_id: int, user: str, reason: str | None) -> Execution:
         self.get(execution_id)
         try:
-            with self.engine.begin() as conn:
+            with self.db.begin() as conn:
                 ex = self._awaiting(conn, execution_id, user, "deny")
                 problem = self._may_decide(ex, user, denying=True)
                 if problem is None:
@@ -406,7 +388,7 @@ class Bot:
     def cancel(self, execution_id: int, user: str) -> Execution:
         """Not started: ended at once. Running: flagged; the engine stops the step under way
         within about a second and undoes what was done. Held: undone by the next engine."""
-        with self.engine.begin() as conn:
+        with self.db.begin() as conn:
             ex = self._get(conn, execution_id)
             if ex.terminal:
                 raise Refused(f"execution {ex.id} has already ended ({ex.state})")
@@ -430,7 +412,7 @@ class Bot:
         return self.cancel(execution_id, user)
 
     def resume(self, execution_id: int, user: str) -> Execution:
-        with self.engine.begin() as conn:
+        with self.db.begin() as conn:
             ex = self._get(conn, execution_id)
             if ex.state != "held":
                 raise Refused(f"execution {ex.id} is {ex.state}, not held: nothing to resume")
@@ -444,7 +426,7 @@ class Bot:
 
     def confirm(self, execution_id: int, user: str, yes: bool, note: str | None) -> str:
         """Answer the question a running step asked (chat.confirm); returns the question."""
-        with self.engine.begin() as conn:
+        with self.db.begin() as conn:
             ex = self._get(conn, execution_id)
             question = confirming.pending(conn, ex.id)
             if ex.state != "running" or question is None:
@@ -469,29 +451,28 @@ class Bot:
         return ex
 
     def _may_steer(self, ex: Execution, user: str) -> bool:
-        """Cancel and resume: the requester or one of the runbook's approvers."""
-        return user == ex.requested_by or self.config.matches(user, ex.plan.approval.approvers)
+        return may_steer(self.config, user, ex.requested_by, ex.plan.approval.approvers)
 
     def _may_decide(self, ex: Execution, user: str, denying: bool = False) -> str | None:
-        return self.approval_problem(ex.plan.approval, ex.runbook, user, ex.requested_by,
+        return approval_problem(self.config, ex.plan.approval, ex.runbook, user, ex.requested_by,
                                      denying=denying, asked=f"requested execution {ex.id}")
 
     # --- reading ---------------------------------------------------------------------
 
     def get(self, execution_id: int) -> Execution:
-        with self.engine.begin() as conn:
+        with self.db.begin() as conn:
             ex = self._get(conn, execution_id)
-            if ex.state == "awaiting_approval" and expire_if_due(conn, ex):
+            if ex.state == "awaiting_approval" and executions.expire_if_due(conn, ex):
                 ex = executions.get(conn, ex.id)
             return ex
 
     def timeline(self, execution_id: int) -> tuple[Execution, list[dict[str, Any]]]:
-        with self.engine.connect() as conn:
+        with self.db.connect() as conn:
             ex = self._get(conn, execution_id)
             return ex, list(audit.events(conn, execution_id=execution_id))
 
     def approvals(self, execution_id: int) -> list[str]:
-        with self.engine.connect() as conn:
+        with self.db.connect() as conn:
             ex = self._get(conn, execution_id)
             return executions.approvals_for(conn, ex.id, ex.plan_hash)
 
@@ -501,18 +482,6 @@ class _Extras:
     preapproved: Preapproval | None = None
     also: Callable[[Connection, int], None] | None = None
     window_id: int | None = None  # a run of this maintenance window: it may take its node locks
-
-
-def expire_if_due(conn: Connection, ex: Execution) -> bool:
-    """End an execution whose approval window has passed; True when it did."""
-    if ex.approval_deadline is None or ex.approval_deadline > time.time():
-        return False
-    expect = {"state": "awaiting_approval", "approval_deadline": ex.approval_deadline}
-    if not executions.update_if(conn, ex.id, expect):  # approved or ended meanwhile
-        return False
-    audit.append(conn, "expired", "bot", {"deadline": ex.approval_deadline}, ex.id)
-    return executions.finish(conn, ex, "expired", "bot", "no approval before the deadline",
-                             expect=expect)
 
 
 def _text(value: Any) -> str:

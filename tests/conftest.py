@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.catalogue import Catalogue
-from bot.checks import Checks, CommandEvaluator
 from bot.config import Config
-from bot.params import Inventory
-from bot.service import Bot
+from bot.execution.checks.core import Checks, CommandEvaluator
+from bot.runbooks.catalogue import Catalogue
+from bot.runbooks.params import Inventory
+from bot.service import Service
 from bot.store import db
 from tests import postgres
 from tests.bot.fakes import test_actions
@@ -90,14 +90,14 @@ def lab_config(url: str, runbook_dir: Path, **overrides: Any) -> Config:
     return Config.model_validate(data)
 
 
-BotFactory = Callable[..., Bot]
+BotFactory = Callable[..., Service]
 
 
 @pytest.fixture
 def make_bot(tmp_path: Path, sqlite_url: str) -> BotFactory:
     """Build a bot over runbooks given as dicts (or YAML text), with the fake test actions."""
 
-    def factory(runbooks: dict[str, Any], url: str | None = None, **overrides: Any) -> Bot:
+    def factory(runbooks: dict[str, Any], url: str | None = None, **overrides: Any) -> Service:
         folder = tmp_path / f"runbooks-{secrets.token_hex(3)}"
         folder.mkdir()
         for name, body in runbooks.items():
@@ -106,9 +106,9 @@ def make_bot(tmp_path: Path, sqlite_url: str) -> BotFactory:
         config = lab_config(url or sqlite_url, folder, **overrides)
         nodes = frozenset(config.inventory.nodes)
         engine = db.connect(config.resolved_database_url())
-        return Bot(
+        return Service(
             config=config,
-            engine=engine,
+            db=engine,
             catalogue=Catalogue([*test_actions(), *standard_actions(config, engine)]),
             checks=Checks({"command": CommandEvaluator(config.host_commands)},
                           sleep=lambda s: None),
@@ -119,7 +119,7 @@ def make_bot(tmp_path: Path, sqlite_url: str) -> BotFactory:
 
 
 def standard_actions(config: Config, engine: Any) -> list[Any]:
-    from bot.catalogue import standard_actions as standard
-    from bot.confirming import DatabaseConfirmations
+    from bot.execution.confirming import DatabaseConfirmations
+    from bot.runbooks.catalogue import standard_actions as standard
 
     return standard(config, DatabaseConfirmations(engine))

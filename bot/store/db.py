@@ -3,7 +3,7 @@
 SQLite (the default) gets WAL and ``BEGIN IMMEDIATE`` so that writers from
 several processes (an engine, a person approving from another terminal)
 serialise instead of failing with "database is locked"; PostgreSQL serialises
-the audit chain with an advisory lock (see bot.audit).
+the audit chain with an advisory lock (see bot.store.audit).
 
 Migrations run through Alembic, but only when the database is behind: the
 check is one query, so commands stay quick to start.

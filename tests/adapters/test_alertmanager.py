@@ -37,13 +37,7 @@ from adapters.alertmanager import (
     matchers_from,
     parse_time,
 )
-from tests.adapters.monitoring import (
-    Monitoring,
-    binaries,
-    free_port,
-    http_json,
-    start_alertmanager,
-)
+from tests.adapters.monitoring import Monitoring, binaries, free_port, http_json, start_alertmanager
 
 WEIRD = 'we"ird\\host'
 

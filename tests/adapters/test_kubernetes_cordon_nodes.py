@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from adapters.actions import ActionContext, ActionError
 from adapters.kubernetes.actions import CORDONED_BY, KubernetesActions
 from adapters.kubernetes.backend import KubernetesUnavailable, Node
-from tests.bot.windowfakes import FakeKubernetes
+from tests.bot.schedule.windowfakes import FakeKubernetes
 
 
 class Flaky(FakeKubernetes):

@@ -35,7 +35,7 @@ from adapters.slurm.rolling import DriverRolloutAction
 from tests.adapters.test_etcd import FakeBackend as FakeEtcd
 from tests.adapters.test_prometheus import FlakyPrometheus
 from tests.adapters.test_slurm_parsing import FakeBackend as FakeSlurm
-from tests.bot.windowfakes import FakeKubernetes
+from tests.bot.schedule.windowfakes import FakeKubernetes
 
 STOP_AFTER = 0.2  # seconds until the timer asks to stop
 PROMPT = 1.5  # the action must have stopped this long after it started

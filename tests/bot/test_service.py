@@ -16,15 +16,16 @@ from adapters.slurm import hostlist
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.health import HealthCheckAction
 from adapters.slurm.rolling import DriverRolloutAction
-from bot import audit
-from bot.catalogue import KNOWN, Catalogue
-from bot.engine import Engine
-from bot.planning import MAX_PLAN_NODES
-from bot.service import Refused
+from bot.execution.engine import Engine
+from bot.execution.planning import MAX_PLAN_NODES
+from bot.runbooks.catalogue import KNOWN, Catalogue
+from bot.store import audit
 from bot.store.schema import locks as locks_table
+from kit.canonical import canonical
+from kit.errors import Refused
 from tests.bot import fakes
-from tests.bot.test_engine import record, runbook
-from tests.bot.windowfakes import Systems
+from tests.bot.execution.test_engine import record, runbook
+from tests.bot.schedule.windowfakes import Systems
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +34,7 @@ def _clean() -> None:
 
 
 def kinds(bot: Any, execution_id: int | None = None) -> list[str]:
-    with bot.engine.connect() as conn:
+    with bot.db.connect() as conn:
         return [e["kind"] for e in audit.events(conn, execution_id=execution_id)]
 
 
@@ -155,9 +156,9 @@ def test_bad_input_refused_and_audited_only(make_bot: Any, params: dict[str, str
     with pytest.raises(Refused, match=message.replace("$", r"\$").replace("(", r"\(")):
         bot.request("demo", params, "alice")
     assert kinds(bot) == [*before, "refused"]
-    with bot.engine.connect() as conn:
+    with bot.db.connect() as conn:
         event = list(audit.events(conn))[-1]
-    assert len(audit.canonical(event["data"])) < 3000  # a 10,000-character value is clipped
+    assert len(canonical(event["data"])) < 3000  # a 10,000-character value is clipped
 
 
 def test_unknown_runbook_suggests(make_bot: Any) -> None:
@@ -197,7 +198,7 @@ def node_runbook(name: str, **extra: Any) -> dict[str, Any]:
 
 
 def held_locks(bot: Any) -> dict[str, int]:
-    with bot.engine.connect() as conn:
+    with bot.db.connect() as conn:
         return {row.name: row.execution_id for row in conn.execute(select(locks_table))}
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-RUNBOOK = [sys.executable, "-m", "bot.cli"]
+RUNBOOK = [sys.executable, "-m", "bot"]
 NODE = "gpu03"  # in Slurm only: drain-node runs slurm-drain, skips k8s-drain, then wait-idle
 LEASE_SECONDS = 3.0  # engine.lease_seconds for the replicas (the lab's bot.yaml says 10)
 RETRY_SECONDS = 0.5  # leader_election.retry_seconds
@@ -162,7 +162,7 @@ class HaCluster:
         return execution_id
 
     def events(self, execution_id: int) -> list[dict[str, Any]]:
-        from bot import audit
+        from bot.store import audit
 
         with self.db.connect() as conn:
             return list(audit.events(conn, execution_id=execution_id))
@@ -180,7 +180,7 @@ class HaCluster:
         return event
 
     def state(self, execution_id: int) -> str:
-        from bot import executions
+        from bot.execution import executions
 
         with self.db.connect() as conn:
             return executions.get(conn, execution_id).state
@@ -326,7 +326,7 @@ def test_leader_killed_mid_drain_the_other_replica_finishes(
         assert resumed["data"]["previous_engine"] == started["data"]["engine"]
         assert resumed["data"]["stage"] == "steps"
         with cluster.db.connect() as conn:
-            from bot import executions
+            from bot.execution import executions
 
             states = executions.step_states_of(conn, result.execution_id)
         assert {key: (s.state, s.attempt) for key, s in states.items()} == {

@@ -40,11 +40,11 @@ import pytest
 import yaml
 
 from adapters.host import HostCommand
-from bot import audit
 from bot.config import EngineConfig, load_config
-from bot.engine import Engine
-from bot.executions import Execution
-from bot.service import Bot
+from bot.execution.engine import Engine
+from bot.execution.executions import Execution
+from bot.service import Service
+from bot.store import audit
 from tests.lab.fixture import Lab
 from tests.lab.kubehelp import api, wait_until
 
@@ -265,7 +265,7 @@ class Injector:
         self.ended = True
 
 
-def drive(bot: Bot, injector: Injector, runbook_name: str,
+def drive(bot: Service, injector: Injector, runbook_name: str,
           params: dict[str, str]) -> Execution:
     execution_id = bot.request(runbook_name, params, "alice")
     assert bot.get(execution_id).state == "approved"  # risk low: no approval needed
@@ -278,12 +278,12 @@ def drive(bot: Bot, injector: Injector, runbook_name: str,
     finally:
         engine.close()
     assert not worker.is_alive(), "the execution hung"
-    assert audit.verify(bot.engine).ok
+    assert audit.verify(bot.db).ok
     return result["ex"]
 
 
-def events(bot: Bot, execution_id: int) -> list[dict[str, Any]]:
-    with bot.engine.connect() as conn:
+def events(bot: Service, execution_id: int) -> list[dict[str, Any]]:
+    with bot.db.connect() as conn:
         return list(audit.events(conn, execution_id=execution_id))
 
 
@@ -308,7 +308,7 @@ def put_back(lab: Lab) -> None:
 
 
 @pytest.fixture
-def bot(lab: Lab, tmp_path: Path) -> Bot:
+def bot(lab: Lab, tmp_path: Path) -> Service:
     folder = tmp_path / "runbooks"
     folder.mkdir()
     for case in CASES:
@@ -322,7 +322,7 @@ def bot(lab: Lab, tmp_path: Path) -> Bot:
     commands = {**config.host_commands, "store-health": HostCommand(
         argv=[etcdctl, f"--endpoints={lab['etcd']['endpoint']}", "endpoint", "health",
               "--command-timeout=2s"], timeout=5)}  # no description: the failure names it
-    return Bot.from_config(config.model_copy(update={
+    return Service.from_config(config.model_copy(update={
         "database_url": f"sqlite:///{tmp_path / 'bot.db'}", "runbook_paths": [folder],
         "host_commands": commands,
         "engine": EngineConfig(lease_seconds=10, poll_seconds=0.1)}))
@@ -353,7 +353,7 @@ def prometheus_has_data(lab: Lab) -> bool:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_fault_fails_closed_and_undoes(lab: Lab, bot: Bot, case: Case, tmp_path: Path,
+def test_fault_fails_closed_and_undoes(lab: Lab, bot: Service, case: Case, tmp_path: Path,
                                        request: pytest.FixtureRequest) -> None:
     wait_until(lambda: "DRAIN" not in slurm_state(lab) and not cordoned(lab),
                f"{SLURM_NODE} in service and {KUBE_NODE} schedulable", timeout=60, every=0.5)
@@ -380,7 +380,7 @@ def when(injector: Injector, *prefixes: str) -> float:
     return next(t for t, line in injector.lines if line.startswith(prefixes))
 
 
-def check_outcome(lab: Lab, bot: Bot, case: Case, injector: Injector, ex: Execution) -> None:
+def check_outcome(lab: Lab, bot: Service, case: Case, injector: Injector, ex: Execution) -> None:
     shown = "\n".join(line for _, line in injector.lines)
     error = ex.error or ""
     assert injector.began is not None, f"the fault never began:\n{shown}"

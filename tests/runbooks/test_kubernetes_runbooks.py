@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bot.service import Bot
+from bot.service import Service
 from tests.lab.fixture import Lab
 from tests.lab.kubehelp import (
     api,
@@ -49,7 +49,7 @@ def serving_pods(lab: Lab, name: str) -> list[dict[str, Any]]:
     return [p for p in pods_on(lab, name) if not is_daemonset_pod(p)]
 
 
-def test_drain_and_resume_a_node_in_both_pools(pool: Lab, bot: Bot) -> None:
+def test_drain_and_resume_a_node_in_both_pools(pool: Lab, bot: Service) -> None:
     lab = pool
     assert serving_pods(lab, "gpu05") and "gpu05" in bot.inventory.slurm
     try:
@@ -67,14 +67,14 @@ def test_drain_and_resume_a_node_in_both_pools(pool: Lab, bot: Bot) -> None:
         resume_everything(lab, "gpu05")
 
 
-def test_drain_a_kubernetes_only_node_skips_slurm(pool: Lab, bot: Bot) -> None:
+def test_drain_a_kubernetes_only_node_skips_slurm(pool: Lab, bot: Service) -> None:
     lab = pool
     ex = run(bot, "drain-node", {"node": "gpu06", "reason": "ECC", "timeout": "2m"})
     assert ex.state == "succeeded", ex.error
     assert nodes(lab)["gpu06"]["spec"].get("unschedulable") is True
     assert serving_pods(lab, "gpu06") == []
-    from bot import audit
-    with bot.engine.connect() as conn:
+    from bot.store import audit
+    with bot.db.connect() as conn:
         skipped = [e["data"]["step"] for e in audit.events(conn, execution_id=ex.id)
                    if e["kind"] == "step_skipped"]
     assert skipped == ["slurm-drain", "wait-idle"]
@@ -84,7 +84,7 @@ def driver_versions(lab: Lab) -> set[str]:
     return {n["metadata"]["labels"].get(DRIVER_LABEL) for n in nodes(lab).values()}
 
 
-def test_rollback_driver_on_the_kubernetes_pool(pool: Lab, bot: Bot) -> None:
+def test_rollback_driver_on_the_kubernetes_pool(pool: Lab, bot: Service) -> None:
     lab = pool
     set_driver(lab, lab["default_driver_version"], 2, 0.05)
     ex = run(bot, "rollback-driver", {"pool": "kubernetes", "version": "550.54.15"},
@@ -99,7 +99,7 @@ def test_rollback_driver_on_the_kubernetes_pool(pool: Lab, bot: Bot) -> None:
     assert driver_versions(lab) == {lab["default_driver_version"]}
 
 
-def test_rollback_driver_stops_at_an_upgrade_failed_node(pool: Lab, bot: Bot) -> None:
+def test_rollback_driver_stops_at_an_upgrade_failed_node(pool: Lab, bot: Service) -> None:
     lab = pool
     set_driver(lab, lab["default_driver_version"], 1, 0.05)
     lab.lab("fault", "gpu06", "upgrade=fail")
@@ -119,7 +119,7 @@ def etcdctl(lab: Lab, *args: str) -> str:
     return done.stdout
 
 
-def test_restore_etcd_brings_the_keys_back(lab: Lab, bot: Bot, tmp_path: Path) -> None:
+def test_restore_etcd_brings_the_keys_back(lab: Lab, bot: Service, tmp_path: Path) -> None:
     snapshot = tmp_path / "before.db"
     etcdctl(lab, "snapshot", "save", str(snapshot))
     etcdctl(lab, "del", "/registry/grblab/config/a")
@@ -142,7 +142,7 @@ def test_restore_etcd_brings_the_keys_back(lab: Lab, bot: Bot, tmp_path: Path) -
         etcdctl(lab, "del", "/registry/grblab/config/after")
 
 
-def test_swap_gpu_on_a_kubernetes_only_node(pool: Lab, bot: Bot) -> None:
+def test_swap_gpu_on_a_kubernetes_only_node(pool: Lab, bot: Service) -> None:
     from tests.runbooks.test_slurm_runbooks import confirm_when_asked
 
     lab = pool

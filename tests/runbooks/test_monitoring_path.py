@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from bot.config import EngineConfig, load_config
-from bot.service import Bot
+from bot.service import Service
 from tests.lab.fixture import Lab
 from tests.lab.kubehelp import wait_until
 from tests.runbooks.test_slurm_runbooks import run
@@ -49,7 +49,7 @@ BY_UUID = {
 
 
 @pytest.fixture
-def checks_bot(lab: Lab, tmp_path: Path) -> Bot:
+def checks_bot(lab: Lab, tmp_path: Path) -> Service:
     folder = tmp_path / "runbooks"
     folder.mkdir()
     (folder / "gpu-checks.yaml").write_text(yaml.safe_dump(CHECKS))
@@ -57,7 +57,7 @@ def checks_bot(lab: Lab, tmp_path: Path) -> Bot:
     config = load_config(lab.dir / "bot.yaml").model_copy(update={
         "database_url": f"sqlite:///{tmp_path / 'bot.db'}", "runbook_paths": [folder],
         "engine": EngineConfig(lease_seconds=10, poll_seconds=0.1)})
-    return Bot.from_config(config)
+    return Service.from_config(config)
 
 
 def prometheus_sees(lab: Lab, query: str) -> bool:
@@ -66,7 +66,7 @@ def prometheus_sees(lab: Lab, query: str) -> bool:
         return bool(json.loads(response.read())["data"]["result"])
 
 
-def test_promql_check_passes_and_fails(lab: Lab, checks_bot: Bot) -> None:
+def test_promql_check_passes_and_fails(lab: Lab, checks_bot: Service) -> None:
     wait_until(lambda: prometheus_sees(lab, 'DCGM_FI_DEV_GPU_TEMP{Hostname="gpu03"}'),
                "the first scrape", timeout=60)
     assert run(checks_bot, "gpu-checks", {"node": "gpu03"}).state == "succeeded"
@@ -82,7 +82,7 @@ def test_promql_check_passes_and_fails(lab: Lab, checks_bot: Bot) -> None:
         lab.lab("fault", "gpu03", "clear")
 
 
-def test_one_hot_gpu_of_eight_fails_the_check(lab: Lab, checks_bot: Bot) -> None:
+def test_one_hot_gpu_of_eight_fails_the_check(lab: Lab, checks_bot: Service) -> None:
     """Eight series that share no host or GPU label: the one hot GPU fails the check even
     though seven passing series come after it."""
     query = 'DCGM_FI_DEV_GPU_TEMP{Hostname="gpu03", gpu="5"}'
@@ -106,12 +106,12 @@ def test_one_hot_gpu_of_eight_fails_the_check(lab: Lab, checks_bot: Bot) -> None
         lab.lab("fault", "gpu03", "clear")
 
 
-def test_no_data_fails_the_check(lab: Lab, checks_bot: Bot) -> None:
+def test_no_data_fails_the_check(lab: Lab, checks_bot: Service) -> None:
     ex = run(checks_bot, "gpu-checks", {"node": "gpu03", "metric": "DCGM_FI_DEV_NO_SUCH"})
     assert ex.state == "failed" and "no data for" in (ex.error or "")
 
 
-def test_prometheus_down_fails_closed(lab: Lab, checks_bot: Bot) -> None:
+def test_prometheus_down_fails_closed(lab: Lab, checks_bot: Service) -> None:
     assert lab.lab("service", "prometheus", "stop").returncode == 0
     try:
         ex = run(checks_bot, "gpu-checks", {"node": "gpu03"})
@@ -129,7 +129,7 @@ def served(lab: Lab, tmp_path: Path) -> Iterator[tuple[dict[str, str], str]]:
     env = {**lab.env, "RUNBOOK_CONFIG": str(tmp_path / "bot.yaml")}
     port = lab["monitoring"]["bot_port"]
     log = (tmp_path / "serve.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "bot.cli", "serve", "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "bot", "serve", "--port", str(port)],
                               env=env, stdout=log, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -151,7 +151,7 @@ def served(lab: Lab, tmp_path: Path) -> Iterator[tuple[dict[str, str], str]]:
 
 
 def proposals(env: dict[str, str]) -> list[dict[str, Any]]:
-    done = subprocess.run([sys.executable, "-m", "bot.cli", "proposals", "--json"], env=env,
+    done = subprocess.run([sys.executable, "-m", "bot", "proposals", "--json"], env=env,
                           capture_output=True, text=True, timeout=30, check=True)
     return list(json.loads(done.stdout))
 
@@ -173,13 +173,13 @@ def test_xid_79_becomes_one_swap_gpu_proposal(lab: Lab, served: Any) -> None:
         lab.lab("fault", "gpu02", "clear")
 
 
-def test_capacity_guard_refuses_and_break_glass_costs_an_approval(lab: Lab, checks_bot: Bot,
+def test_capacity_guard_refuses_and_break_glass_costs_an_approval(lab: Lab, checks_bot: Service,
                                                                    tmp_path: Path) -> None:
-    from bot.service import Refused
+    from kit.errors import Refused
 
     config = checks_bot.config.model_copy(update={"runbook_paths": [
         Path(__file__).resolve().parents[2] / "runbooks"]})
-    bot = Bot.from_config(config)
+    bot = Service.from_config(config)
     with pytest.raises(Refused, match=r"capacity guard: .*Slurm pool: 40 free GPUs now, 32 "
                                       r"after taking gpu01 out \(floor 36\)"):
         bot.request("drain-node", {"node": "gpu01", "reason": "test", "min_free_gpus": "36"},
@@ -191,8 +191,8 @@ def test_capacity_guard_refuses_and_break_glass_costs_an_approval(lab: Lab, chec
     bot.cancel(execution_id, "alice")
 
 
-def test_node_view_shows_all_three_systems(lab: Lab, checks_bot: Bot) -> None:
-    from bot import nodeview
+def test_node_view_shows_all_three_systems(lab: Lab, checks_bot: Service) -> None:
+    from bot.surfaces import nodeview
 
     lab.lab("fault", "gpu05", "xid=79", "xid_gpu=2")
     try:

@@ -56,15 +56,17 @@ import pytest
 import yaml
 from sqlalchemy import select
 
-from bot import audit, executions
 from bot.config import load_config
-from bot.service import Bot, Refused
+from bot.execution import executions
+from bot.service import Service
+from bot.store import audit
 from bot.store.schema import executions as executions_table
+from kit.errors import Refused
 from tests.lab.fixture import Lab
 
 pytestmark = pytest.mark.lab
 
-RUNBOOK = [sys.executable, "-m", "bot.cli"]
+RUNBOOK = [sys.executable, "-m", "bot"]
 LEASE_SECONDS = 1.5
 CLOCK_SKEW_SECONDS = 1.0
 POLL_SECONDS = 0.1
@@ -203,7 +205,7 @@ class Run:
     case: Case
     folder: Path
     env: dict[str, str]
-    bot: Bot
+    bot: Service
     jobs: list[str] = field(default_factory=list)
     processes: list[subprocess.Popen[str]] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
@@ -263,7 +265,7 @@ class Run:
     # --- the bot's database
 
     def events(self) -> list[dict[str, Any]]:
-        with self.bot.engine.connect() as conn:
+        with self.bot.db.connect() as conn:
             return list(audit.events(conn, execution_id=self.execution_id))
 
     def has(self, kind: str, **data: Any) -> bool:
@@ -271,11 +273,11 @@ class Run:
                    for e in self.events())
 
     def state(self) -> executions.Execution:
-        with self.bot.engine.connect() as conn:
+        with self.bot.db.connect() as conn:
             return executions.get(conn, self.execution_id)
 
     def lease(self) -> tuple[str | None, float | None]:
-        with self.bot.engine.connect() as conn:
+        with self.bot.db.connect() as conn:
             row = conn.execute(select(executions_table.c.owner, executions_table.c.lease_until)
                                .where(executions_table.c.id == self.execution_id)).one()
         return row.owner, row.lease_until
@@ -335,7 +337,7 @@ class Run:
             self.lab.lab("fault", NODE, "clear")
         if "DRAIN" in self.node()["state"] or "DOWN" in self.node()["state"]:
             self.lab.run("scontrol", "update", f"NodeName={NODE}", "State=RESUME")
-        self.bot.engine.dispose()
+        self.bot.db.dispose()
 
 
 @pytest.fixture
@@ -345,7 +347,7 @@ def run(request: pytest.FixtureRequest, lab: Lab, shared: tuple[Path, dict[str, 
     folder, env = shared
     url = f"sqlite:///{tmp_path / 'bot.db'}"
     config = load_config(folder / "bot.yaml").model_copy(update={"database_url": url})
-    handle = Run(lab, case, tmp_path, {**env, "RUNBOOK_DB_URL": url}, Bot.from_config(config))
+    handle = Run(lab, case, tmp_path, {**env, "RUNBOOK_DB_URL": url}, Service.from_config(config))
     handle.bot.runbooks()  # recorded once here, not by two engines starting together
     try:
         yield handle
@@ -544,6 +546,6 @@ def test_sigkill_at_a_boundary_then_another_engine_finishes(run: Run) -> None:
                 f"{step} ran again {ts(again) - dead_lease:.2f}s after the dead engine's "
                 f"lease ended, before the clock skew ({CLOCK_SKEW_SECONDS}s) was over")
     check_runs(run, reran=case.under_way is not None and case.person != "cancel")
-    verdict = audit.verify(run.bot.engine)
+    verdict = audit.verify(run.bot.db)
     assert verdict.ok, verdict
     check_node(run)

@@ -18,28 +18,29 @@ from typing import Any
 
 import pytest
 
-from bot import audit
 from bot.config import EngineConfig, GuardsConfig, PoolFloors, UserConfig, load_config
-from bot.engine import Engine
-from bot.executions import Execution
-from bot.service import Bot, Refused
+from bot.execution.engine import Engine
+from bot.execution.executions import Execution
+from bot.service import Service
+from bot.store import audit
+from kit.errors import Refused
 from tests.lab.fixture import Lab
 
 pytestmark = pytest.mark.lab
 
 
 @pytest.fixture
-def bot(lab: Lab, tmp_path: Path) -> Iterator[Bot]:
+def bot(lab: Lab, tmp_path: Path) -> Iterator[Service]:
     config = load_config(lab.dir / "bot.yaml")
     config = config.model_copy(update={
         "database_url": f"sqlite:///{tmp_path / 'bot.db'}",
         "engine": EngineConfig(lease_seconds=10, poll_seconds=0.1),
     })
-    yield Bot.from_config(config)
+    yield Service.from_config(config)
 
 
-def run(bot: Bot, name: str, params: dict[str, str], approvers: tuple[str, ...] = ("carol",),
-        during: Callable[[Bot, int], None] | None = None,
+def run(bot: Service, name: str, params: dict[str, str], approvers: tuple[str, ...] = ("carol",),
+        during: Callable[[Service, int], None] | None = None,
         break_glass: bool = False) -> Execution:
     """Request as alice, approve, drive to the end (``during`` runs beside the engine)."""
     execution_id = bot.request(name, params, "alice", break_glass=break_glass)
@@ -57,7 +58,7 @@ def run(bot: Bot, name: str, params: dict[str, str], approvers: tuple[str, ...] 
     finally:
         engine.close()
     assert not worker.is_alive(), "the execution did not end"
-    assert audit.verify(bot.engine).ok
+    assert audit.verify(bot.db).ok
     return result["ex"]
 
 
@@ -72,12 +73,12 @@ def reservations(lab: Lab) -> str:
     return lab.run("scontrol", "show", "reservation").stdout
 
 
-def events(bot: Bot, execution_id: int) -> list[dict[str, Any]]:
-    with bot.engine.connect() as conn:
+def events(bot: Service, execution_id: int) -> list[dict[str, Any]]:
+    with bot.db.connect() as conn:
         return list(audit.events(conn, execution_id=execution_id))
 
 
-def wait_for_event(bot: Bot, execution_id: int, kind: str, step: str | None = None,
+def wait_for_event(bot: Service, execution_id: int, kind: str, step: str | None = None,
                    seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -97,7 +98,7 @@ def resume_everything(lab: Lab, *nodes: str) -> None:
             lab.run("scontrol", "delete", f"ReservationName={line.split()[0].split('=')[1]}")
 
 
-def test_drain_node_then_resume_node(lab: Lab, bot: Bot) -> None:
+def test_drain_node_then_resume_node(lab: Lab, bot: Service) -> None:
     try:
         ex = run(bot, "drain-node", {"node": "gpu01", "reason": "XID 79 on GPU 3"})
         assert ex.state == "succeeded", ex.error
@@ -112,12 +113,12 @@ def test_drain_node_then_resume_node(lab: Lab, bot: Bot) -> None:
 
 
 def test_drain_node_lower_floor_needs_break_glass_never_under_the_site_floor(
-        lab: Lab, bot: Bot) -> None:
+        lab: Lab, bot: Service) -> None:
     asked = {"node": "gpu01", "reason": "floor test", "min_free_gpus": "0"}
     with pytest.raises(Refused, match=r"min_free_gpus=0 weakens a guard .* lower than its "
                                       r"default 8\. To go ahead anyway ask for break-glass"):
         bot.request("drain-node", asked, "alice")
-    sited = Bot.from_config(bot.config.model_copy(update={
+    sited = Service.from_config(bot.config.model_copy(update={
         "guards": GuardsConfig(min_free_gpus=PoolFloors(slurm=1000))}))
     with pytest.raises(Refused, match=r"the site floor: .*Slurm pool: \d+ free GPUs now, \d+ "
                                       r"after taking gpu01 out \(floor 1000, the site floor"):
@@ -130,7 +131,7 @@ def test_drain_node_lower_floor_needs_break_glass_never_under_the_site_floor(
         resume_everything(lab, "gpu01")
 
 
-def test_wait_idle_timeout_undoes_the_drain(lab: Lab, bot: Bot) -> None:
+def test_wait_idle_timeout_undoes_the_drain(lab: Lab, bot: Service) -> None:
     job = lab.run("sbatch", "--parsable", "-o", "/dev/null", "-w", "gpu02", "-N1",
                   "-J", "long-training", "--wrap", "sleep 120").stdout.strip()
     try:
@@ -159,13 +160,13 @@ def start_job(lab: Lab, node_name: str, seconds: int = 300) -> str:
 
 
 def test_cancel_of_a_drain_waiting_for_a_job_is_undone_within_seconds(lab: Lab,
-                                                                     bot: Bot) -> None:
+                                                                     bot: Service) -> None:
     """The drain waits for a training job (hours in production); a cancel brings the node
     back into service at once and leaves the job alone."""
     job = start_job(lab, "gpu02")
     seen: dict[str, float] = {}
 
-    def cancel_while_waiting(bot: Bot, execution_id: int) -> None:
+    def cancel_while_waiting(bot: Service, execution_id: int) -> None:
         wait_for_event(bot, execution_id, "step_started", "wait-idle")
         time.sleep(0.5)
         asked = time.monotonic()
@@ -187,7 +188,7 @@ def test_cancel_of_a_drain_waiting_for_a_job_is_undone_within_seconds(lab: Lab,
         resume_everything(lab, "gpu02")
 
 
-def test_open_and_close_maintenance(lab: Lab, bot: Bot) -> None:
+def test_open_and_close_maintenance(lab: Lab, bot: Service) -> None:
     try:
         ex = run(bot, "open-maintenance", {"name": "rack12", "nodes": "gpu[03-04]",
                                            "duration": "1h"})
@@ -202,15 +203,15 @@ def test_open_and_close_maintenance(lab: Lab, bot: Bot) -> None:
         resume_everything(lab)
 
 
-def confirm_when_asked(yes: bool = True) -> Callable[[Bot, int], None]:
-    def answer(bot: Bot, execution_id: int) -> None:
+def confirm_when_asked(yes: bool = True) -> Callable[[Service, int], None]:
+    def answer(bot: Service, execution_id: int) -> None:
         wait_for_event(bot, execution_id, "confirmation_requested")
         bot.confirm(execution_id, "alice", yes, "swapped by the DC technician")
 
     return answer
 
 
-def test_swap_gpu_returns_the_node_to_service(lab: Lab, bot: Bot) -> None:
+def test_swap_gpu_returns_the_node_to_service(lab: Lab, bot: Service) -> None:
     try:
         ex = run(bot, "swap-gpu", {"node": "gpu03", "gpu": "3", "reason": "XID 79"},
                  during=confirm_when_asked())
@@ -223,7 +224,7 @@ def test_swap_gpu_returns_the_node_to_service(lab: Lab, bot: Bot) -> None:
         resume_everything(lab, "gpu03")
 
 
-def test_swap_gpu_failed_health_check_leaves_the_node_drained(lab: Lab, bot: Bot) -> None:
+def test_swap_gpu_failed_health_check_leaves_the_node_drained(lab: Lab, bot: Service) -> None:
     lab.lab("fault", "gpu04", "health=fail")
     try:
         ex = run(bot, "swap-gpu", {"node": "gpu04", "gpu": "1", "reason": "XID 79"},
@@ -238,7 +239,7 @@ def test_swap_gpu_failed_health_check_leaves_the_node_drained(lab: Lab, bot: Bot
         resume_everything(lab, "gpu04")
 
 
-def test_rollback_driver_over_two_nodes(lab: Lab, bot: Bot) -> None:
+def test_rollback_driver_over_two_nodes(lab: Lab, bot: Service) -> None:
     # max_parallel above its default weakens a guard: break-glass, a third approver
     bot.config.users["erin"] = UserConfig(groups=["gpu-leads"])
     asked = {"nodes": "gpu[01-02]", "version": "550.54.15", "max_parallel": "2"}
@@ -263,7 +264,7 @@ def test_rollback_driver_over_two_nodes(lab: Lab, bot: Bot) -> None:
         resume_everything(lab, "gpu01", "gpu02")
 
 
-def test_rollback_driver_stops_at_the_first_failure(lab: Lab, bot: Bot) -> None:
+def test_rollback_driver_stops_at_the_first_failure(lab: Lab, bot: Service) -> None:
     lab.lab("fault", "gpu01", "health=fail")
     try:
         ex = run(bot, "rollback-driver", {"nodes": "gpu[01-02]", "version": "550.54.15"},
@@ -278,7 +279,7 @@ def test_rollback_driver_stops_at_the_first_failure(lab: Lab, bot: Bot) -> None:
         resume_everything(lab, "gpu01", "gpu02")
 
 
-def test_restore_slurmdbd(lab: Lab, bot: Bot, tmp_path: Path) -> None:
+def test_restore_slurmdbd(lab: Lab, bot: Service, tmp_path: Path) -> None:
     maria = lab["mariadb"]
     backup = tmp_path / "slurm_acct_db.sql"
     with backup.open("w") as out:
@@ -296,7 +297,7 @@ def test_restore_slurmdbd(lab: Lab, bot: Bot, tmp_path: Path) -> None:
     stop = bot.config.host_commands["slurmdbd-stop"]
     bot.config.host_commands["slurmdbd-stop"] = stop.model_copy(update={
         "argv": [sys.executable, "-c", stop_then_job, stop.argv[0], lab["slurm_conf"]]})
-    rebuilt = Bot.from_config(bot.config)
+    rebuilt = Service.from_config(bot.config)
     try:
         ex = run(rebuilt, "restore-slurmdbd", {
             "backup": str(backup), "safety_copy": str(tmp_path / "safety.sql")},
@@ -313,11 +314,11 @@ def test_restore_slurmdbd(lab: Lab, bot: Bot, tmp_path: Path) -> None:
         lab.run("sacctmgr", "-i", "delete", "account", "added-after-backup")
 
 
-def test_slurmctld_stopped_mid_run(lab: Lab, bot: Bot) -> None:
+def test_slurmctld_stopped_mid_run(lab: Lab, bot: Service) -> None:
     """slurmctld dies while a person is swapping the GPU: the run fails with Slurm's words,
     the node stays drained, the audit log keeps every event."""
 
-    def stop_controller_then_confirm(bot: Bot, execution_id: int) -> None:
+    def stop_controller_then_confirm(bot: Service, execution_id: int) -> None:
         wait_for_event(bot, execution_id, "confirmation_requested")
         assert lab.lab("service", "slurmctld", "stop").returncode == 0
         bot.confirm(execution_id, "alice", True, None)
@@ -337,7 +338,7 @@ def test_slurmctld_stopped_mid_run(lab: Lab, bot: Bot) -> None:
     assert "swap GPU 0: XID 48" in details
 
 
-def test_restore_slurmdbd_from_a_broken_backup_puts_everything_back(lab: Lab, bot: Bot,
+def test_restore_slurmdbd_from_a_broken_backup_puts_everything_back(lab: Lab, bot: Service,
                                                                      tmp_path: Path) -> None:
     """A backup that breaks halfway: the safety copy goes back in and slurmdbd runs again."""
     backup = tmp_path / "broken.sql"

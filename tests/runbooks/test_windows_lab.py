@@ -13,10 +13,11 @@ import pytest
 
 from adapters.alertmanager import HttpAlertmanagerBackend
 from adapters.kubernetes.actions import CORDONED_BY
-from bot import audit, windows
 from bot.config import EngineConfig, load_config
-from bot.engine import Engine
-from bot.service import Bot
+from bot.execution.engine import Engine
+from bot.schedule import windows
+from bot.service import Service
+from bot.store import audit
 from tests.lab.fixture import Lab
 from tests.lab.kubehelp import api, nodes
 
@@ -24,27 +25,27 @@ pytestmark = pytest.mark.lab
 
 
 @pytest.fixture
-def bot(lab: Lab, tmp_path: Path) -> Iterator[Bot]:
+def bot(lab: Lab, tmp_path: Path) -> Iterator[Service]:
     config = load_config(lab.dir / "bot.yaml")
     config = config.model_copy(update={
         "database_url": f"sqlite:///{tmp_path / 'bot.db'}",
         "engine": EngineConfig(lease_seconds=10, poll_seconds=0.1),
     })
-    yield Bot.from_config(config)
+    yield Service.from_config(config)
 
 
 def reservations(lab: Lab) -> str:
     return lab.run("scontrol", "show", "reservation").stdout
 
 
-def silences(bot: Bot) -> list[str]:
+def silences(bot: Service) -> list[str]:
     assert bot.config.alertmanager is not None
     backend = HttpAlertmanagerBackend(bot.config.alertmanager)
     return [" ".join(str(m) for m in s.matchers) for s in backend.find_silences()
             if s.created_by == "gpu-runbook-bot"]
 
 
-def settle(bot: Bot, window_id: int, done: str, seconds: float = 180) -> windows.Window:
+def settle(bot: Service, window_id: int, done: str, seconds: float = 180) -> windows.Window:
     """Advance the window and run its executions until it is ``done`` (open or closed)."""
     engine = Engine(bot)
     deadline = time.monotonic() + seconds
@@ -63,7 +64,7 @@ def settle(bot: Bot, window_id: int, done: str, seconds: float = 180) -> windows
         engine.close()
 
 
-def cleanup(lab: Lab, bot: Bot, window_id: int) -> None:
+def cleanup(lab: Lab, bot: Service, window_id: int) -> None:
     lab.run("scontrol", "delete", f"ReservationName=window-{window_id}")
     api(lab, "PATCH", "/api/v1/nodes/gpu05",
         {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDONED_BY: None}}},
@@ -75,7 +76,7 @@ def cleanup(lab: Lab, bot: Bot, window_id: int) -> None:
             backend.expire_silence(silence.id)
 
 
-def test_a_window_opens_and_closes_on_the_lab(lab: Lab, bot: Bot) -> None:
+def test_a_window_opens_and_closes_on_the_lab(lab: Lab, bot: Service) -> None:
     assert "gpu05" in bot.inventory.kubernetes and "gpu04" in bot.inventory.slurm
     window = windows.create(bot, "gpu[04-05]", "alice", start="now", duration="30m",
                             reason="lab window test", runbooks="selftest")
@@ -102,12 +103,12 @@ def test_a_window_opens_and_closes_on_the_lab(lab: Lab, bot: Bot) -> None:
         assert CORDONED_BY not in (gpu05["metadata"].get("annotations") or {})
         assert 'node=~"gpu04|gpu05"' not in silences(bot)
         assert closed.report is not None and "selftest" in closed.report
-        assert audit.verify(bot.engine).ok
+        assert audit.verify(bot.db).ok
     finally:
         cleanup(lab, bot, window.id)
 
 
-def test_gpu_usage_report_on_the_lab(lab: Lab, bot: Bot) -> None:
+def test_gpu_usage_report_on_the_lab(lab: Lab, bot: Service) -> None:
     account = lab["account"]
     done = lab.run("sbatch", "--parsable", "-o", "/dev/null", "-J", "report-test", "-A", account,
                    "--gres=gpu:2", "--wrap", "sleep 1")  # any node: others may be drained
@@ -127,7 +128,7 @@ def test_gpu_usage_report_on_the_lab(lab: Lab, bot: Bot) -> None:
     finally:
         engine.close()
     assert ex.state == "succeeded", ex.error
-    with bot.engine.connect() as conn:
+    with bot.db.connect() as conn:
         done = [e for e in audit.events(conn, execution_id=execution_id)
                 if e["kind"] == "step_finished"]
     summary = done[0]["data"]["summary"]

@@ -1,0 +1,223 @@
+"""Alerts become runbook proposals.
+
+Alertmanager posts its webhook (version 4) to ``POST /alerts``. Each firing alert
+that matches an ``alert_rules`` entry proposes that runbook with parameters taken
+from the alert's labels; the proposal waits for a person (Run or Dismiss) unless
+the rule says ``auto_run`` and the runbook is risk low. The same alert
+(fingerprint) is not proposed twice while its proposal is open; a resolved alert
+updates its proposal. A bad payload is refused whole, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy import Connection, select, update
+
+from bot.config import AlertRule
+from bot.execution.executions import TERMINAL
+from bot.runbooks import templating
+from bot.service import Service
+from bot.store import audit
+from bot.store.db import now_iso
+from bot.store.schema import executions, proposals
+from kit.canonical import canonical
+from kit.errors import Refused
+
+ALERT_USER = "alertmanager"  # who requests the runbooks alerts run on their own
+
+
+class WebhookAlert(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    status: str = Field(pattern="^(firing|resolved)$")
+    labels: dict[str, str]
+    annotations: dict[str, str] = Field(default_factory=dict)
+    fingerprint: str = Field(min_length=1, max_length=64)
+
+
+class Webhook(BaseModel):
+    """Alertmanager's webhook payload; fields the bot does not use are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+    version: str = Field(pattern="^4$")
+    status: str
+    alerts: list[WebhookAlert] = Field(max_length=1000)
+
+
+class BadPayload(ValueError):
+    """The webhook body is not Alertmanager's version 4 payload; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Proposal:
+    id: int
+    fingerprint: str
+    alertname: str
+    labels: dict[str, str]
+    runbook: str
+    params: dict[str, str]
+    state: str
+    alert_status: str
+    created_at: str
+    updated_at: str
+    execution_id: int | None
+    note: str | None
+
+
+def parse(body: bytes) -> Webhook:
+    try:
+        return Webhook.model_validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise BadPayload(f"not an Alertmanager webhook (version 4): {where}: {first['msg']}")\
+            from None
+
+
+def receive(bot: Service, webhook: Webhook) -> list[Proposal]:
+    """Record what the alerts propose; returns the proposals created or updated."""
+    touched = []
+    for alert in webhook.alerts:
+        rule = _rule_for(bot, alert.labels)
+        if rule is None:
+            continue
+        proposal = _resolve(bot, alert) if alert.status == "resolved" else _propose(
+            bot, alert, rule)
+        if proposal is not None:
+            touched.append(proposal)
+    return touched
+
+
+def _rule_for(bot: Service, labels: dict[str, str]) -> AlertRule | None:
+    for rule in bot.config.alert_rules:
+        if all(labels.get(k) in v.split("|") for k, v in rule.match.items()):
+            return rule
+    return None
+
+
+def _open(conn: Connection, fingerprint: str) -> Any:
+    """The alert's proposal while it is open or its execution still runs; else None."""
+    row = conn.execute(select(proposals).where(
+        proposals.c.fingerprint == fingerprint, proposals.c.state.in_(["open", "started"])
+    ).order_by(proposals.c.id.desc())).first()
+    if row is not None and row.state == "started" and row.execution_id is not None:
+        state = conn.execute(select(executions.c.state)
+                             .where(executions.c.id == row.execution_id)).scalar()
+        if state in TERMINAL:
+            return None
+    return row
+
+
+def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule) -> Proposal | None:
+    with bot.db.begin() as conn:
+        if _open(conn, alert.fingerprint) is not None:
+            return None  # already proposed (or running) for this alert
+    params = {k: str(templating.render(v, {"labels": alert.labels}))
+              for k, v in rule.params.items()}
+    state, note = "open", None
+    try:
+        plan = bot.plan(rule.runbook, params)
+    except Refused as exc:
+        state, note = "refused", str(exc)
+        plan = None
+    with bot.db.begin() as conn:
+        proposal_id = _insert(conn, alert, rule, params, state, note)
+        audit.append(conn, "proposed" if state == "open" else "proposal_refused", ALERT_USER, {
+            "proposal": proposal_id, "alert": alert.labels.get("alertname"),
+            "fingerprint": alert.fingerprint, "runbook": rule.runbook, "params": params,
+            "reason": note})
+    if plan is not None and rule.auto_run:
+        _auto_run(bot, proposal_id, plan.risk)
+    return get(bot, proposal_id)
+
+
+def _insert(conn: Connection, alert: WebhookAlert, rule: AlertRule, params: dict[str, str],
+            state: str, note: str | None) -> int:
+    now = now_iso()
+    result = conn.execute(proposals.insert().values(
+        fingerprint=alert.fingerprint, alertname=alert.labels.get("alertname", "?"),
+        labels=canonical(alert.labels), runbook=rule.runbook,
+        params=canonical(params), state=state, alert_status="firing",
+        created_at=now, updated_at=now, note=note))
+    key = result.inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def _auto_run(bot: Service, proposal_id: int, risk: str) -> None:
+    if risk != "low":  # never without a person for medium or high risk
+        with bot.db.begin() as conn:
+            _set(conn, proposal_id, note=f"auto_run ignored: the runbook is risk {risk}")
+        return
+    try:
+        run(bot, proposal_id, ALERT_USER, configured=True)
+    except Refused as exc:  # e.g. a lock held by a running execution: the person decides
+        with bot.db.begin() as conn:
+            _set(conn, proposal_id, note=f"auto_run refused: {exc}")
+
+
+def _resolve(bot: Service, alert: WebhookAlert) -> Proposal | None:
+    with bot.db.begin() as conn:
+        row = _open(conn, alert.fingerprint)
+        if row is None:
+            return None
+        _set(conn, row.id, alert_status="resolved")
+        audit.append(conn, "alert_resolved", ALERT_USER,
+                     {"proposal": row.id, "fingerprint": alert.fingerprint})
+    return get(bot, row.id)
+
+
+def _set(conn: Connection, proposal_id: int, **fields: Any) -> None:
+    conn.execute(update(proposals).where(proposals.c.id == proposal_id)
+                 .values(updated_at=now_iso(), **fields))
+
+
+def get(bot: Service, proposal_id: int) -> Proposal:
+    with bot.db.connect() as conn:
+        row = conn.execute(select(proposals).where(proposals.c.id == proposal_id)).first()
+    if row is None:
+        raise Refused(f"there is no proposal {proposal_id}")
+    return _from_row(row)
+
+
+def listing(bot: Service, *, open_only: bool = True) -> list[Proposal]:
+    query = select(proposals).order_by(proposals.c.id.desc())
+    if open_only:
+        query = query.where(proposals.c.state == "open")
+    with bot.db.connect() as conn:
+        return [_from_row(row) for row in conn.execute(query)]
+
+
+def run(bot: Service, proposal_id: int, user: str, *, configured: bool = False) -> int:
+    """The Run button: request the proposed runbook as ``user``; returns the execution."""
+    proposal = get(bot, proposal_id)
+    if proposal.state != "open":
+        raise Refused(f"proposal {proposal_id} is {proposal.state}, not open")
+    execution_id = bot.request(proposal.runbook, proposal.params, user, source="alert",
+                               configured=configured)
+    with bot.db.begin() as conn:
+        _set(conn, proposal_id, state="started", execution_id=execution_id)
+        audit.append(conn, "proposal_started", user,
+                     {"proposal": proposal_id, "execution": execution_id}, execution_id)
+    return execution_id
+
+
+def dismiss(bot: Service, proposal_id: int, user: str, reason: str | None) -> Proposal:
+    proposal = get(bot, proposal_id)
+    if proposal.state != "open":
+        raise Refused(f"proposal {proposal_id} is {proposal.state}, not open")
+    with bot.db.begin() as conn:
+        _set(conn, proposal_id, state="dismissed", note=reason)
+        audit.append(conn, "proposal_dismissed", user, {"proposal": proposal_id,
+                                                         "reason": reason})
+    return get(bot, proposal_id)
+
+
+def _from_row(row: Any) -> Proposal:
+    data = dict(row._mapping)
+    data["labels"] = json.loads(data["labels"])
+    data["params"] = json.loads(data["params"])
+    return Proposal(**data)

@@ -1,2 +1,0 @@
-"""Chat surfaces. They only translate: every surface calls ``bot.chat.commands`` with the
-same grammar and shows the same answers (the terminal chat now; Slack joins later)."""

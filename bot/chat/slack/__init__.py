@@ -1,5 +1,0 @@
-"""The Slack surface: slash command, buttons, plans and progress, over slack-bolt.
-
-It only translates: every command goes to ``bot.chat.commands.handle`` and every
-decision to the ``Bot``. ``surface.SlackSurface`` is what ``runbook serve`` wires in.
-"""

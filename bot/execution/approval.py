@@ -1,0 +1,33 @@
+"""Who may decide on a run, and who may steer one: the two rules every surface shares.
+
+Requests, approvals ahead, schedules and windows all ask these functions; nothing here
+reads or writes the database.
+"""
+
+from __future__ import annotations
+
+from bot.config import Config
+from bot.execution.planning import ApprovalPolicy
+
+
+def approval_problem(config: Config, policy: ApprovalPolicy, runbook: str, approver: str,
+                     requester: str, *, asked: str | None = None,
+                     denying: bool = False) -> str | None:
+    """Why ``approver`` may not approve ``runbook`` asked for by ``requester``, or None.
+
+    The runbook's approvers only, and not the requester unless the policy allows it (a
+    requester may still deny). ``asked`` says what the requester did, for the message.
+    """
+    if not config.matches(approver, policy.approvers):
+        return (f"{approver} may not approve {runbook}: its approvers are "
+                f"{', '.join(policy.approvers)}")
+    if approver == requester and not policy.self_approval and not denying:
+        return f"{approver} {asked or f'requested {runbook}'} and may not approve it too"
+    return None
+
+
+def may_steer(config: Config, user: str, owner: str, approvers: list[str]) -> bool:
+    """Cancel, resume, pause, remove, open early: whoever asked for the thing (the
+    requester of an execution, the creator of a schedule or window) or one of the approvers
+    of the runbook it runs."""
+    return user == owner or config.matches(user, approvers)

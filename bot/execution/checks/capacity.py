@@ -1,0 +1,110 @@
+"""The capacity guard: taking a node out must leave enough free GPUs in its pool.
+
+    capacity: {pool_of: "{{ node }}", min_free_gpus_after: 16}
+
+Free GPUs now: Slurm, GRES total minus used on nodes in service (responding, not
+drained, not down); Kubernetes, allocatable ``nvidia.com/gpu`` minus the requests of
+the pods on schedulable Ready nodes. After: minus what the node itself has free. A
+node in both pools must keep both above the floor. The guard runs when the plan is
+made (a request that breaks it is refused with the numbers, unless the requester
+asks for break-glass, which costs one extra approval) and again as a pre-check.
+
+The site floor (``guards.min_free_gpus`` in the configuration, per pool) is under
+every capacity check: the floor checked is max(the runbook's, the site's). Break-glass
+overrides the runbook's floor, never the site's: an outcome under the site floor says
+so (``below_site_floor`` in its extra) and is not overridden.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+from adapters.actions import ActionError
+from adapters.kubernetes.backend import KubernetesBackend
+from adapters.slurm.backend import SlurmBackend
+from bot.config import PoolFloors
+from bot.execution.checks.core import Outcome
+from bot.execution.planning import PlannedCheck
+from bot.runbooks.params import Inventory
+
+
+class CapacityEvaluator:
+    def __init__(self, inventory: Inventory, slurm: SlurmBackend | None = None,
+                 kubernetes: KubernetesBackend | None = None,
+                 kubernetes_selector: str | None = None,
+                 site_floors: PoolFloors | None = None) -> None:
+        self._inventory = inventory
+        self._slurm = slurm
+        self._kubernetes = kubernetes
+        self._selector = kubernetes_selector
+        floors = site_floors or PoolFloors()
+        self._site = {"Slurm": floors.slurm, "Kubernetes": floors.kubernetes}
+
+    def __call__(self, check: PlannedCheck, deadline: float) -> Outcome:
+        spec: dict[str, Any] = dict(check.spec["capacity"])
+        node = str(spec.get("pool_of", ""))
+        try:
+            floor = int(spec.get("min_free_gpus_after", 0))
+        except (TypeError, ValueError):
+            return Outcome(False, None, "min_free_gpus_after must be a whole number")
+        pools = []
+        try:
+            if node in self._inventory.slurm and self._slurm is not None:
+                pools.append(("Slurm", *self._slurm_free(self._inventory.names
+                                                         .get("slurm", {}).get(node, node))))
+            if node in self._inventory.kubernetes and self._kubernetes is not None:
+                # an API server that does not answer fails the check within its timeout
+                until = min(deadline, time.monotonic() + check.timeout_seconds)
+                with _within(self._kubernetes, until):
+                    pools.append(("Kubernetes", *self._k8s_free(self._inventory.names
+                                                                .get("kubernetes", {})
+                                                                .get(node, node))))
+        except ActionError as exc:
+            return Outcome(False, None, f"cannot count free GPUs: {exc}")
+        if not pools:
+            return Outcome(False, None, f"{node} is in no pool the bot can count GPUs of")
+        lowest = min(after for _, _, after in pools)
+        details, passed, below_site = [], True, False
+        for name, now, after in pools:
+            site = self._site[name]
+            pool_floor = max(floor, site)
+            passed = passed and after >= pool_floor
+            below_site = below_site or after < site
+            whose = (f", the site floor (guards.min_free_gpus.{name.lower()}); the runbook "
+                     f"asks for {floor}" if site > floor else "")
+            details.append(f"{name} pool: {now} free GPUs now, {after} after taking {node} "
+                           f"out (floor {pool_floor}{whose})")
+        return Outcome(passed, lowest, "; ".join(details),
+                       {"pools": {name: {"now": now, "after": after, "site_floor": self._site[name]}
+                                  for name, now, after in pools}, "floor": floor,
+                        "below_site_floor": below_site})
+
+    def _slurm_free(self, node: str) -> tuple[int, int]:
+        assert self._slurm is not None
+        free: dict[str, int] = {}
+        for info in self._slurm.nodes(None, with_jobs=False):
+            if info.responding and "DRAIN" not in info.flags and info.state != "down":
+                free[info.name] = max(0, info.gpus_total - info.gpus_used)
+        now = sum(free.values())
+        return now, now - free.get(node, 0)
+
+    def _k8s_free(self, node: str) -> tuple[int, int]:
+        assert self._kubernetes is not None
+        requested: dict[str, int] = defaultdict(int)
+        for pod in self._kubernetes.list_pods():
+            if pod.node and not pod.deleting and pod.phase not in ("Succeeded", "Failed"):
+                requested[pod.node] += pod.gpus_requested
+        free = {n.name: max(0, n.gpus_allocatable - requested[n.name])
+                for n in self._kubernetes.list_nodes(self._selector)
+                if n.ready and not n.unschedulable}
+        now = sum(free.values())
+        return now, now - free.get(node, 0)
+
+
+def _within(backend: Any, until: float) -> AbstractContextManager[None]:
+    """The backend's requests end by ``until`` where it can bound them (``deadline``)."""
+    deadline = getattr(backend, "deadline", None)
+    return deadline(until) if deadline is not None else nullcontext()

@@ -1,0 +1,359 @@
+"""Load and validate runbook files, with errors that name file, line and field.
+
+Validation goes past the schema: every action must exist in the catalogue (with
+a suggestion for a typo), every ``with:`` key must be an argument of its action,
+and every template may only read the runbook's parameters and inventory facts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from adapters.actions import StrictArguments
+from bot.runbooks import params, templating
+from bot.runbooks.model import CHECK_KINDS, CheckSpec, Runbook
+from kit.canonical import canonical
+
+Path_ = tuple[str | int, ...]
+MAX_NODES = 50_000  # YAML nodes in one file, aliases expanded: a runbook is far smaller
+MAX_DEPTH = 64  # nesting of mappings and lists
+
+
+class RunbookError(Exception):
+    """One or more problems with runbook files; each names the file and, where known, the line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class LoadedRunbook:
+    runbook: Runbook
+    path: Path
+    source: str
+    content_hash: str  # sha256 of the canonical JSON of the parsed content
+
+    @property
+    def name(self) -> str:
+        return self.runbook.name
+
+
+def load_text(
+    source: str, path: Path, catalogue: Mapping[str, type[StrictArguments]]
+) -> LoadedRunbook:
+    """Parse and validate one runbook's text; raises RunbookError."""
+    data, lines = _parse_yaml(source, path)
+    where = _Locator(path, lines)
+    if not isinstance(data, dict):
+        raise RunbookError([where.at((), "a runbook file must be a mapping")])
+    plain = list(_plain_data_problems(data, (), where))
+    if plain:
+        raise RunbookError(plain)
+    try:
+        runbook = Runbook.model_validate(data)
+    except ValidationError as exc:
+        raise RunbookError(
+            [where.at(tuple(e["loc"]), _pydantic_message(e)) for e in exc.errors()]
+        ) from exc
+    problems = (
+        _check_defaults(runbook, where)
+        + _check_actions(runbook, catalogue, where)
+        + _check_templates(runbook, where)
+    )
+    if problems:
+        raise RunbookError(problems)
+    digest = hashlib.sha256(canonical(data).encode()).hexdigest()
+    return LoadedRunbook(runbook=runbook, path=path, source=source, content_hash=digest)
+
+
+def load_file(path: Path, catalogue: Mapping[str, type[StrictArguments]]) -> LoadedRunbook:
+    try:
+        source = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunbookError([f"{path}: cannot read: {exc}"]) from exc
+    return load_text(source, path, catalogue)
+
+
+def runbook_files(paths: Iterable[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml")))
+        else:
+            files.append(path)
+    return files
+
+
+def load_all(
+    paths: Iterable[Path], catalogue: Mapping[str, type[StrictArguments]]
+) -> dict[str, LoadedRunbook]:
+    """Every runbook under ``paths`` by name; all problems of all files in one RunbookError."""
+    found: dict[str, LoadedRunbook] = {}
+    problems: list[str] = []
+    for file in runbook_files(paths):
+        try:
+            loaded = load_file(file, catalogue)
+        except RunbookError as exc:
+            problems.extend(exc.problems)
+            continue
+        if loaded.name in found:
+            problems.append(
+                f'{file}: runbook "{loaded.name}" is also defined in {found[loaded.name].path}'
+            )
+            continue
+        found[loaded.name] = loaded
+    if problems:
+        raise RunbookError(problems)
+    return found
+
+
+# --- YAML with line numbers -------------------------------------------------
+
+
+def _parse_yaml(source: str, path: Path) -> tuple[Any, dict[Path_, int]]:
+    try:
+        loader = yaml.SafeLoader(source)
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow
+        line = source.count("\n", 0, exc.position) + 1
+        raise RunbookError(
+            [f"{path}:{line}: not valid YAML: character #x{exc.character:04x} is not allowed"]
+        ) from exc
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise RunbookError([f"{path}: the file is empty"])
+        lines: dict[Path_, int] = {}
+        _walk(node, (), lines, path, set(), [0])
+        return loader.construct_document(node), lines
+    except RecursionError as exc:
+        raise RunbookError([f"{path}: the YAML is nested too deeply"]) from exc
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else 0
+        raise RunbookError([f"{path}:{line}: not valid YAML: {exc.problem}"]) from exc
+    except yaml.YAMLError as exc:
+        raise RunbookError([f"{path}: not valid YAML: {exc}"]) from exc
+    finally:
+        loader.dispose()
+
+
+def _walk(
+    node: yaml.Node,
+    at: Path_,
+    lines: dict[Path_, int],
+    path: Path,
+    ancestors: set[int],
+    count: list[int],
+) -> None:
+    count[0] += 1
+    if count[0] > MAX_NODES:
+        raise RunbookError([f"{path}: too large (more than {MAX_NODES} YAML values with aliases)"])
+    if len(at) > MAX_DEPTH:
+        line = node.start_mark.line + 1
+        raise RunbookError([f"{path}:{line}: nested more than {MAX_DEPTH} levels deep"])
+    if id(node) in ancestors:
+        line = node.start_mark.line + 1
+        raise RunbookError([f"{path}:{line}: an alias refers to a value that contains it"])
+    lines.setdefault(at, node.start_mark.line + 1)
+    if not isinstance(node, yaml.MappingNode | yaml.SequenceNode):
+        return
+    ancestors = ancestors | {id(node)}
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                raise RunbookError([f'{path}:{line}: "{key}" appears twice in the same mapping'])
+            seen.add(key)
+            lines[(*at, key)] = key_node.start_mark.line + 1
+            _walk(value_node, (*at, key), lines, path, ancestors, count)
+    else:
+        for index, item in enumerate(node.value):
+            _walk(item, (*at, index), lines, path, ancestors, count)
+
+
+@dataclass(frozen=True)
+class _Locator:
+    path: Path
+    lines: dict[Path_, int]
+
+    def at(self, loc: Path_, message: str) -> str:
+        probe = tuple(loc)
+        while probe and probe not in self.lines:
+            probe = probe[:-1]
+        line = self.lines.get(probe)
+        field = _dotted(loc)
+        prefix = f"{self.path}:{line}" if line else str(self.path)
+        return f"{prefix}: {field}: {message}" if field else f"{prefix}: {message}"
+
+
+def _plain_data_problems(value: Any, at: Path_, where: _Locator) -> Iterable[str]:
+    """Runbooks hold JSON's kinds of values only: no dates, sets, binary, NaN or non-text keys."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                yield where.at(at, f"the key {key!r} must be text (quote it)")
+            else:
+                yield from _plain_data_problems(item, (*at, key), where)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _plain_data_problems(item, (*at, index), where)
+    elif isinstance(value, float) and not math.isfinite(value):
+        yield where.at(at, f"{value} is not a number a runbook can use")
+    elif value is not None and not isinstance(value, str | int | float):
+        kind = type(value).__name__
+        yield where.at(at, f"a {kind} value is not allowed here (quote it to make it text)")
+
+
+def _dotted(loc: Path_) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _pydantic_message(error: Any) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown field"
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ")
+
+
+# --- actions and templates ---------------------------------------------------
+
+
+def _check_defaults(runbook: Runbook, where: _Locator) -> list[str]:
+    """A default must pass its own parameter's validation, or no run could ever start."""
+    problems: list[str] = []
+    for name, spec in runbook.params.items():
+        if spec.default is not None and spec.type != "node":
+            problem = params.default_problem(spec)
+            if problem:
+                problems.append(where.at(("params", name, "default"), problem))
+    return problems
+
+
+def _check_actions(
+    runbook: Runbook, catalogue: Mapping[str, type[StrictArguments]], where: _Locator
+) -> list[str]:
+    problems: list[str] = []
+    for index, step in enumerate(runbook.steps):
+        calls: list[tuple[Path_, str, dict[str, Any]]] = [
+            (("steps", index), step.action, step.with_)
+        ]
+        if step.undo is not None:
+            calls.append((("steps", index, "undo"), step.undo.action, step.undo.with_))
+        for at, action, args in calls:
+            problems.extend(_check_call(at, action, args, catalogue, where))
+    return problems
+
+
+def _check_call(
+    at: Path_,
+    action: str,
+    args: dict[str, Any],
+    catalogue: Mapping[str, type[StrictArguments]],
+    where: _Locator,
+) -> list[str]:
+    model = catalogue.get(action)
+    if model is None:
+        hint = difflib.get_close_matches(action, sorted(catalogue), n=1)
+        suggestion = f' (did you mean "{hint[0]}"?)' if hint else ""
+        return [where.at((*at, "action"), f'unknown action "{action}"{suggestion}')]
+    problems = []
+    fields = model.model_fields
+    for key in args:
+        if key not in fields:
+            hint = difflib.get_close_matches(key, sorted(fields), n=1)
+            suggestion = f' (did you mean "{hint[0]}"?)' if hint else ""
+            problems.append(
+                where.at((*at, "with", key), f'{action} takes no argument "{key}"{suggestion}')
+            )
+    for key, info in fields.items():
+        if info.is_required() and key not in args:
+            problems.append(where.at((*at, "with"), f'{action} needs the argument "{key}"'))
+    if not problems and not any(_has_template(v) for v in args.values()):
+        try:
+            model.model_validate(args)
+        except ValidationError as exc:
+            problems.extend(
+                where.at((*at, "with", *e["loc"]), _pydantic_message(e)) for e in exc.errors()
+            )
+    return problems
+
+
+def _has_template(value: Any) -> bool:
+    if isinstance(value, str):
+        return templating.is_template(value)
+    if isinstance(value, list):
+        return any(_has_template(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_template(v) for v in value.values())
+    return False
+
+
+def _strings(value: Any, at: Path_) -> Iterable[tuple[Path_, str]]:
+    if isinstance(value, str):
+        yield at, value
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, (*at, index))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(item, (*at, key))
+
+
+def _template_sites(runbook: Runbook) -> Iterable[tuple[Path_, str]]:
+    yield from _strings(runbook.locks, ("locks",))
+    for index, step in enumerate(runbook.steps):
+        yield from _strings(step.with_, ("steps", index, "with"))
+        if step.undo is not None:
+            yield from _strings(step.undo.with_, ("steps", index, "undo", "with"))
+    for section in ("pre_checks", "post_checks"):
+        checks: list[CheckSpec] = getattr(runbook, section)
+        for index, check in enumerate(checks):
+            for field in CHECK_KINDS:
+                yield from _strings(getattr(check, field), (section, index, field))
+
+
+def _check_templates(runbook: Runbook, where: _Locator) -> list[str]:
+    allowed = set(runbook.params) | set(templating.FACTS)
+    problems: list[str] = []
+
+    def check(at: Path_, names: set[str]) -> None:
+        unknown = sorted(names - allowed)
+        for name in unknown:
+            hint = difflib.get_close_matches(name, sorted(allowed), n=1)
+            suggestion = f' (did you mean "{hint[0]}"?)' if hint else ""
+            problems.append(
+                where.at(at, f'template uses "{name}", which is not a parameter{suggestion}')
+            )
+
+    for at, text in _template_sites(runbook):
+        try:
+            check(at, templating.variables(text))
+        except templating.TemplateProblem as exc:
+            problems.append(where.at(at, str(exc)))
+    conditions: list[tuple[Path_, str]] = [
+        (("steps", index, "when"), step.when)
+        for index, step in enumerate(runbook.steps) if step.when is not None
+    ]
+    for section in ("pre_checks", "post_checks"):
+        conditions += [((section, index, "when"), c.when)
+                       for index, c in enumerate(getattr(runbook, section)) if c.when is not None]
+    for at, condition in conditions:
+        try:
+            check(at, templating.condition_variables(condition))
+        except templating.TemplateProblem as exc:
+            problems.append(where.at(at, str(exc)))
+    return problems

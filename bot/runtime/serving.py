@@ -1,0 +1,216 @@
+"""``runbook serve``: the bot's HTTP server and its engine.
+
+    POST /alerts    Alertmanager's webhook (version 4) -> proposals
+    GET  /healthz   200 when the database answers (followers too); says whether this
+                    replica leads: {"status": "ok", "leader": false, "replica": ...}
+    GET  /metrics   Prometheus metrics (executions, checks, approvals, proposals)
+
+Surfaces add POST routes (``Route``: Slack at /slack/events) and background tasks
+(``Task``). Tasks marked ``leader_only`` (the engine loop, the chat progress poster, the
+scheduler) run in one replica at a time, the leader (bot.runtime.leadership): they start when
+this replica becomes the leader and are stopped when it stops being the leader. The
+others, and the HTTP server, run in every replica.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from sqlalchemy import func, select, text
+
+from bot.alerts import proposing
+from bot.execution.engine import Reporter
+from bot.runtime.leadership import Elector, Leadership, make_elector
+from bot.runtime.tasks import Task, engine_task
+from bot.service import Service
+from bot.store.schema import audit_events, executions, proposals, step_states
+
+MAX_BODY = 5 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+# A POST route: (request headers, raw body) -> response. Headers keys are lower case.
+Route = Callable[[Mapping[str, str], bytes], Response]
+
+
+STEP_BUCKETS = (0.1, 1.0, 10.0, 60.0, 600.0, 3600.0)
+
+
+class BotCollector:
+    """Metrics read from the database at scrape time, so every replica reports the same."""
+
+    def __init__(self, bot: Service) -> None:
+        self._bot = bot
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        with self._bot.db.connect() as conn:
+            by_state = conn.execute(select(executions.c.runbook, executions.c.state, func.count())
+                                    .group_by(executions.c.runbook, executions.c.state)).all()
+            kinds: dict[str, int] = dict(conn.execute(
+                select(audit_events.c.kind, func.count())
+                .where(audit_events.c.kind.in_(["check_evaluated", "approved", "denied",
+                                                "step_finished", "step_failed"]))
+                .group_by(audit_events.c.kind)).all())
+            open_proposals = conn.execute(select(func.count()).select_from(proposals)
+                                          .where(proposals.c.state == "open")).scalar_one()
+        gauge = GaugeMetricFamily("runbook_executions", "Executions by runbook and state",
+                                  labels=["runbook", "state"])
+        for runbook, state, count in by_state:
+            gauge.add_metric([runbook, state], count)
+        yield gauge
+        events = CounterMetricFamily("runbook_audit_events", "Audit events by kind",
+                                     labels=["kind"])
+        for kind, count in sorted(kinds.items()):
+            events.add_metric([kind], count)
+        yield events
+        yield GaugeMetricFamily("runbook_open_proposals", "Alert proposals waiting for a person",
+                                value=open_proposals)
+        yield self._step_durations()
+
+    def _step_durations(self) -> Any:
+        from datetime import datetime
+
+        from prometheus_client.core import HistogramMetricFamily
+
+        with self._bot.db.connect() as conn:
+            rows = conn.execute(select(step_states.c.started_at, step_states.c.finished_at)
+                                .where(step_states.c.state == "succeeded",
+                                       step_states.c.started_at.is_not(None),
+                                       step_states.c.finished_at.is_not(None))).all()
+        durations = [
+            (datetime.fromisoformat(end.rstrip("Z")) - datetime.fromisoformat(start.rstrip("Z")))
+            .total_seconds() for start, end in rows]
+        counts = [sum(1 for d in durations if d <= edge) for edge in STEP_BUCKETS]
+        histogram = HistogramMetricFamily("runbook_step_duration_seconds",
+                                          "Duration of succeeded steps")
+        histogram.add_metric([], [(f"{edge:g}", count) for edge, count in
+                                  zip(STEP_BUCKETS, counts, strict=True)]
+                             + [("+Inf", len(durations))], sum_value=sum(durations))
+        return histogram
+
+
+def make_handler(bot: Service, routes: Mapping[str, Route] | None = None, *,
+                 leadership: Callable[[], Mapping[str, Any]] | None = None,
+                 ) -> type[BaseHTTPRequestHandler]:
+    """``leadership``: what /healthz adds about leader election (Leadership.status)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(BotCollector(bot))
+    extra = dict(routes or {})
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # requests are not worth a line each; the audit log has what matters
+
+        def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, code: int, data: Any) -> None:
+            self._send(code, json.dumps(data).encode())
+
+        def do_GET(self) -> None:
+            if self.path == "/healthz":
+                try:
+                    with bot.db.connect() as conn:
+                        conn.execute(text("SELECT 1"))
+                except Exception as exc:
+                    self._json(503, {"status": "unhealthy", "database": str(exc)[:200]})
+                    return
+                self._json(200, {"status": "ok", **(leadership() if leadership else {})})
+            elif self.path == "/metrics":
+                self._send(200, generate_latest(registry), "text/plain; version=0.0.4")
+            else:
+                self._json(404, {"error": f"no {self.path} here: /alerts, /healthz, /metrics"})
+
+        def do_POST(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path != "/alerts" and path not in extra:
+                known = ", ".join(["/alerts", *sorted(extra)])
+                self._json(404, {"error": f"no {self.path} here: POST {known}"})
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if length <= 0 or length > MAX_BODY:
+                self._json(400 if length <= 0 else 413,
+                           {"error": f"the body must be 1 to {MAX_BODY} bytes"})
+                return
+            body = self.rfile.read(length)
+            if path in extra:
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                answer = extra[path](headers, body)
+                self._send(answer.status, answer.body, answer.content_type)
+                return
+            try:
+                webhook = proposing.parse(body)
+            except proposing.BadPayload as exc:
+                self._json(400, {"error": str(exc)})
+                return
+            touched = proposing.receive(bot, webhook)
+            self._json(200, {"proposals": [
+                {"id": p.id, "runbook": p.runbook, "params": p.params, "state": p.state,
+                 "alert_status": p.alert_status} for p in touched]})
+
+    return Handler
+
+
+class Server(ThreadingHTTPServer):
+    # Bursts of chat requests (20 at once is common when a channel reacts to an incident):
+    # the default listen backlog of 5 resets connections.
+    request_queue_size = 128
+    daemon_threads = True
+
+
+def serve(bot: Service, host: str, port: int, report: Reporter,
+          stop: threading.Event | None = None, *, routes: Mapping[str, Route] | None = None,
+          tasks: Sequence[Task] = (), elector: Elector | None = None) -> None:
+    """Serve HTTP and run the engine and ``tasks`` until ``stop`` is set.
+
+    Leader-only tasks (the engine among them) run only while this replica leads
+    (``elector``: default from the configuration's ``leader_election``).
+    """
+    stop = stop or threading.Event()
+    everything = [engine_task(bot, report), *tasks]
+    leadership = Leadership(
+        elector or make_elector(bot.config, bot.backends.get("kubernetes")),
+        [task for task in everything if task.leader_only],
+        retry_seconds=bot.config.leader_election.retry_seconds)
+    try:
+        server = Server((host, port), make_handler(bot, routes, leadership=leadership.status))
+    except BaseException:
+        leadership.elector.release()
+        raise
+    threads = [threading.Thread(target=task.run, args=(stop,), daemon=True, name=task.name)
+               for task in everything if not task.leader_only]
+    threads.append(threading.Thread(target=leadership.run, args=(stop,), daemon=True,
+                                    name="leader-election"))
+    for thread in threads:
+        thread.start()
+    web = threading.Thread(target=server.serve_forever, daemon=True, name="http")
+    web.start()
+    try:
+        stop.wait()
+    finally:
+        server.shutdown()
+        server.server_close()
+        for thread in threads:
+            thread.join(timeout=30)

@@ -1,0 +1,58 @@
+"""Background tasks of ``runbook serve``: loops that run until told to stop. Leader-only
+tasks run in one replica at a time (bot.runtime.leadership)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bot.execution.engine import Engine, Reporter
+from bot.schedule.scheduler import Scheduler, log_line
+from bot.service import Service
+
+
+@dataclass(frozen=True)
+class Task:
+    """A loop that runs until ``stop`` is set."""
+
+    name: str
+    run: Callable[[threading.Event], None]
+    leader_only: bool = True
+
+
+def engine_task(bot: Service, report: Reporter) -> Task:
+    def run(stop: threading.Event) -> None:
+        engine = Engine(bot, report=report)
+        try:
+            engine.run_pending(stop=stop, hand_over=True)
+        finally:
+            engine.close()
+
+    return Task("engine", run)
+
+
+def scheduler_task(bot: Service, say: Callable[[str], None] = log_line) -> Task:
+    """The leader-only serve task: start the scheduler, tick every poll, stop with the task."""
+    def run(stop: threading.Event) -> None:
+        poll = bot.config.scheduling.poll_seconds
+        runner: Scheduler | None = None
+        try:
+            while not stop.is_set():
+                if runner is None:  # (again) after the database refused the start
+                    candidate = Scheduler(bot, say)
+                    try:
+                        candidate.start()
+                        runner = candidate
+                    except Exception as exc:
+                        say(f"the scheduler could not start ({type(exc).__name__}: {exc}); "
+                            f"trying again in {poll:g}s")
+                        candidate.stop()
+                else:
+                    runner.tick()
+                stop.wait(poll)
+        finally:
+            if runner is not None:
+                runner.stop()
+
+    return Task(name="scheduler", run=run, leader_only=True)

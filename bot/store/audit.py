@@ -1,0 +1,171 @@
+"""The append-only, hash-chained audit log.
+
+Each event carries ``prev_hash``, the hash of the event before it, and ``hash``,
+the sha256 of its own canonical JSON::
+
+    {"actor":…,"data":{…},"execution_id":…,"kind":…,"prev_hash":…,"ts":…}
+
+(keys sorted, no spaces, UTF-8), so anyone can recompute the chain with any JSON
+library. ``seq`` is only the position; it is not hashed, so ``verify`` can tell
+an edited event (its own hash is wrong) from a deleted, inserted or reordered
+one (the chain breaks between two events, or a position is missing).
+
+Appends are serialised (SQLite: the writer lock taken by BEGIN IMMEDIATE;
+PostgreSQL: a transaction-scoped advisory lock) and happen in the same
+transaction as the state change they describe, so the log and the state never
+disagree.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from sqlalchemy import Connection, Engine, select, text
+
+from bot.store.db import now_iso
+from bot.store.schema import audit_events
+from kit.canonical import canonical
+
+GENESIS = "0" * 64
+_PG_AUDIT_LOCK = 0x6770_7562  # advisory lock key: serialises appends on PostgreSQL
+def event_hash(
+    ts: str, execution_id: int | None, kind: str, actor: str, data_json: str, prev_hash: str
+) -> str:
+    """sha256 of the event's canonical JSON, built without re-encoding ``data``."""
+    body = (
+        '{"actor":' + canonical(actor) + ',"data":' + data_json
+        + ',"execution_id":' + ("null" if execution_id is None else str(execution_id))
+        + ',"kind":' + canonical(kind) + ',"prev_hash":"' + prev_hash + '","ts":"' + ts + '"}'
+    )
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def append(
+    conn: Connection,
+    kind: str,
+    actor: str,
+    data: Mapping[str, Any],
+    execution_id: int | None = None,
+) -> int:
+    """Append one event inside the caller's transaction; returns its position."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_AUDIT_LOCK})
+    last = conn.execute(
+        select(audit_events.c.seq, audit_events.c.hash).order_by(audit_events.c.seq.desc()).limit(1)
+    ).first()
+    seq, prev = (last[0] + 1, last[1]) if last else (1, GENESIS)
+    ts = now_iso()
+    data_json = canonical(dict(data))
+    conn.execute(
+        audit_events.insert().values(
+            seq=seq,
+            ts=ts,
+            execution_id=execution_id,
+            kind=kind,
+            actor=actor,
+            data=data_json,
+            prev_hash=prev,
+            hash=event_hash(ts, execution_id, kind, actor, data_json, prev),
+        )
+    )
+    return seq
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    events: int
+    head: str
+    problem: str = ""
+    seq: int | None = None  # the first event that is wrong
+
+
+def verify(engine: Engine, batch: int = 10_000) -> Verdict:
+    """Walk the whole chain; report the first edited, deleted, inserted or reordered event."""
+    expected_seq, prev, count = 1, GENESIS, 0
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        cursor = raw.cursor()
+        cursor.execute(
+            "SELECT seq, ts, execution_id, kind, actor, data, prev_hash, hash "
+            "FROM audit_events ORDER BY seq"
+        )
+        while rows := cursor.fetchmany(batch):
+            for seq, ts, execution_id, kind, actor, data, prev_hash, stored in rows:
+                if seq != expected_seq:
+                    missing = f"event {expected_seq}" if seq == expected_seq + 1 else (
+                        f"events {expected_seq}-{seq - 1}"
+                    )
+                    return Verdict(False, count, prev, f"{missing} deleted (found {seq} next)",
+                                   expected_seq)
+                if event_hash(ts, execution_id, kind, actor, data, prev_hash) != stored:
+                    return Verdict(False, count, prev,
+                                   f"event {seq} was edited: its content does not match its hash",
+                                   seq)
+                if prev_hash != prev:
+                    return Verdict(False, count, prev,
+                                   f"event {seq} does not follow event {seq - 1}: an event was "
+                                   f"deleted, inserted or reordered at position {seq}", seq)
+                prev, expected_seq, count = stored, seq + 1, count + 1
+        cursor.close()
+    return Verdict(True, count, prev)
+
+
+def events(
+    conn: Connection,
+    *,
+    since: str | None = None,
+    until: str | None = None,
+    execution_id: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    query = select(audit_events).order_by(audit_events.c.seq)
+    if since:
+        query = query.where(audit_events.c.ts >= since)
+    if until:
+        query = query.where(audit_events.c.ts < until)
+    if execution_id is not None:
+        query = query.where(audit_events.c.execution_id == execution_id)
+    for row in conn.execute(query):
+        item = dict(row._mapping)
+        item["data"] = json.loads(item["data"])
+        yield item
+
+
+def previous_driver_version(conn: Connection) -> str | None:
+    """The driver version before the last successful gpu_operator.set_driver_version change."""
+    rows = conn.execute(
+        select(audit_events.c.data)
+        .where(audit_events.c.kind == "step_finished",
+               audit_events.c.data.like('%"previous_version"%'))
+        .order_by(audit_events.c.seq.desc())
+    )
+    for (data,) in rows:
+        details = json.loads(data).get("details") or {}
+        if details.get("previous_version") and json.loads(data).get("changed", True):
+            return str(details["previous_version"])
+    return None
+
+
+def export(rows: Iterator[dict[str, Any]], out: TextIO, fmt: str) -> int:
+    """Write events as JSON lines or CSV; returns how many."""
+    count = 0
+    if fmt == "jsonl":
+        for row in rows:
+            out.write(canonical(row) + "\n")
+            count += 1
+        return count
+    fields = ["seq", "ts", "execution_id", "kind", "actor", "data", "prev_hash", "hash"]
+    writer = csv.DictWriter(out, fieldnames=fields)
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({**row, "data": canonical(row["data"])})
+        count += 1
+    return count
+
+

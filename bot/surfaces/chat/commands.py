@@ -1,0 +1,219 @@
+"""One command grammar for every chat surface, answered by the core.
+
+    help | list | describe NAME | plan NAME k=v... | run NAME k=v... | approve ID
+    | deny ID [reason] | cancel ID | status ID | show ID | history [node=N] | node NAME
+    | confirm ID [no] | proposals | proposal run ID | proposal dismiss ID [reason]
+    | schedule ... | window ...   (bot.surfaces.chat.scheduled)
+
+Any text gets a helpful answer, never a stack trace: unknown commands and runbooks
+come with suggestions, bad parameters with what is wrong. No business logic here;
+the ``Service`` decides and records everything.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+
+from adapters.actions import ActionError
+from bot.alerts import proposing
+from bot.execution import executions
+from bot.execution.planning import approval_policy
+from bot.runbooks.params import ParamError, params_text, parse_assignments, split_words
+from bot.service import Service
+from bot.surfaces import rendering
+from bot.surfaces.chat import scheduled
+from bot.surfaces.chat.reply import Reply
+from kit.errors import Refused
+
+HELP = """\
+runbook commands:
+  list                          the runbooks
+  describe NAME                 parameters, approval policy and steps
+  plan NAME key=value...        the exact plan and its hash; changes nothing
+  run NAME key=value...         request an execution (approvers are asked)
+  approve ID | deny ID [reason] decide on a request
+  cancel ID                     stop at the next step and undo
+  status ID | show ID           one execution, or its timeline
+  history [node=NAME]           recent executions
+  node NAME                     Slurm, Kubernetes and GPU telemetry of a node
+  confirm ID [no]               answer the question a running step asks
+  proposals                     runbooks proposed by alerts
+  proposal run ID | proposal dismiss ID [reason]
+  schedule add NAME key=value... cron="0 2 * * SAT" [tz=Europe/Istanbul] [approve=ahead]
+  schedule add NAME key=value... at="2026-12-05 02:00" [tz=ZONE] [approve=ahead]
+  schedule [list [all]] | show ID | approve ID | pause ID | resume ID | remove ID
+  window create NODES start=now|"2026-12-05 02:00" duration=4h [reason=TEXT]
+                [runbooks="NAME key=value...; NAME key=value..."] [tz=ZONE]
+  window [list [all]] | show ID | approve ID | open ID | cancel ID
+Quote values with spaces: run drain-node node=gpu07 reason="XID 79 on GPU 3\""""
+
+
+Command = Callable[[Service, list[str], str], Reply]
+
+
+def handle(bot: Service, line: str, user: str) -> Reply:
+    """Answer one line of chat from ``user``."""
+    try:
+        words = split_words(line.strip().removeprefix("/runbook").strip())
+    except ParamError as exc:
+        return Reply(str(exc), ok=False)
+    if not words:
+        return Reply(HELP)
+    verb, args = words[0].lower(), words[1:]
+    command = COMMANDS.get(verb)
+    if command is None:
+        hint = difflib.get_close_matches(verb, sorted(COMMANDS), n=1)
+        suggestion = f' Did you mean "{hint[0]}"?' if hint else ""
+        return Reply(f'I do not know "{verb[:40]}".{suggestion} Try "help".', ok=False)
+    try:
+        return command(bot, args, user)
+    except (Refused, ParamError, ActionError) as exc:
+        return Reply(str(exc), ok=False)
+    except _Usage as exc:
+        return Reply(f"usage: {exc}", ok=False)
+
+
+class _Usage(Exception):
+    """The command's words are wrong; the message is the command's usage."""
+
+
+def _one_id(args: list[str], usage: str) -> int:
+    if not args or not args[0].isdigit():
+        raise _Usage(usage)
+    return int(args[0])
+
+
+def _help(bot: Service, args: list[str], user: str) -> Reply:
+    return Reply(HELP)
+
+
+def _list(bot: Service, args: list[str], user: str) -> Reply:
+    lines = [f"{name} {rb.runbook.version} ({rb.runbook.risk}): {rb.runbook.summary}"
+             for name, rb in sorted(bot.runbooks().items())]
+    return Reply("\n".join(lines))
+
+
+def _describe(bot: Service, args: list[str], user: str) -> Reply:
+    if len(args) != 1:
+        raise _Usage("describe NAME")
+    loaded = bot.runbook(args[0])
+    policy = approval_policy(loaded.runbook, bot.config).describe()
+    return Reply(rendering.describe_text(loaded, policy))
+
+
+def _plan(bot: Service, args: list[str], user: str) -> Reply:
+    if not args:
+        raise _Usage("plan NAME key=value...")
+    plan = bot.plan(args[0], parse_assignments(args[1:]))
+    return Reply(rendering.plan_text(plan))
+
+
+def _run(bot: Service, args: list[str], user: str) -> Reply:
+    if not args:
+        raise _Usage("run NAME key=value...")
+    execution_id = bot.request(args[0], parse_assignments(args[1:]), user, source="chat")
+    ex = bot.get(execution_id)
+    waiting = (f"waiting for approval: {ex.plan.approval.describe()} (approve {ex.id})"
+               if ex.state == "awaiting_approval" else "queued: it runs now")
+    return Reply(f"execution {ex.id}: {ex.runbook} {ex.version} requested by {user}; {waiting}",
+                 execution_id=ex.id)
+
+
+def _approve(bot: Service, args: list[str], user: str) -> Reply:
+    ex = bot.approve(_one_id(args, "approve ID"), user)
+    have = len(bot.approvals(ex.id))
+    return Reply(f"execution {ex.id}: approved by {user} ({have}/{ex.approvals_required}); "
+                 f"now {ex.state}", execution_id=ex.id)
+
+
+def _deny(bot: Service, args: list[str], user: str) -> Reply:
+    execution_id = _one_id(args, "deny ID [reason]")
+    ex = bot.deny(execution_id, user, " ".join(args[1:]) or None)
+    return Reply(f"execution {ex.id}: denied by {user}; nothing was run", execution_id=ex.id)
+
+
+def _cancel(bot: Service, args: list[str], user: str) -> Reply:
+    ex = bot.cancel(_one_id(args, "cancel ID"), user)
+    what = "cancelled" if ex.terminal else "cancel requested: it stops at the next step and undoes"
+    return Reply(f"execution {ex.id}: {what}", execution_id=ex.id)
+
+
+def _status(bot: Service, args: list[str], user: str) -> Reply:
+    ex = bot.get(_one_id(args, "status ID"))
+    return Reply(rendering.status_text(ex, bot.approvals(ex.id)), execution_id=ex.id)
+
+
+def _show(bot: Service, args: list[str], user: str) -> Reply:
+    ex, events = bot.timeline(_one_id(args, "show ID"))
+    return Reply(rendering.status_text(ex, bot.approvals(ex.id)) + "\n\n"
+                 + rendering.timeline_text(events), execution_id=ex.id)
+
+
+def _history(bot: Service, args: list[str], user: str) -> Reply:
+    filters = parse_assignments(args)
+    unknown = set(filters) - {"node", "runbook", "user"}
+    if unknown:
+        raise _Usage("history [node=NAME] [runbook=NAME] [user=NAME]")
+    with bot.db.connect() as conn:
+        found = executions.find(conn, runbook=filters.get("runbook"), user=filters.get("user"),
+                                limit=2000)
+    if "node" in filters:
+        found = [ex for ex in found if filters["node"] in {str(v) for v in ex.params.values()}]
+    lines = [f"{ex.id}: {ex.runbook} {ex.state} ({ex.requested_by}, {ex.requested_at[:19]}) "
+             f"{params_text(ex.params)}" for ex in found[:20]]
+    return Reply("\n".join(lines) or "no executions")
+
+
+def _node(bot: Service, args: list[str], user: str) -> Reply:
+    from bot.surfaces import nodeview
+
+    if len(args) != 1:
+        raise _Usage("node NAME")
+    if args[0] not in bot.inventory.nodes:
+        hint = difflib.get_close_matches(args[0], sorted(bot.inventory.nodes), n=3)
+        return Reply(f'"{args[0][:63]}" is not a known node'
+                     + (f" (did you mean {', '.join(hint)}?)" if hint else ""), ok=False)
+    return Reply(nodeview.text(nodeview.build(bot, args)[0]))
+
+
+def _confirm(bot: Service, args: list[str], user: str) -> Reply:
+    execution_id = _one_id(args, "confirm ID [no]")
+    yes = not (len(args) > 1 and args[1].lower() in ("no", "n", "false"))
+    question = bot.confirm(execution_id, user, yes, None)
+    return Reply(f"execution {execution_id}: {user} answered {'yes' if yes else 'no'} to "
+                 f"{question!r}", execution_id=execution_id)
+
+
+def _proposals(bot: Service, args: list[str], user: str) -> Reply:
+
+    found = proposing.listing(bot)
+    lines = [f"{p.id}: {p.alertname} -> {p.runbook} {params_text(p.params)}"
+             for p in found]
+    return Reply("\n".join(lines) or "no open proposals")
+
+
+def _proposal(bot: Service, args: list[str], user: str) -> Reply:
+
+    usage = "proposal run ID | proposal dismiss ID [reason]"
+    if len(args) < 2 or args[0] not in ("run", "dismiss"):
+        raise _Usage(usage)
+    proposal_id = _one_id(args[1:], usage)
+    if args[0] == "run":
+        execution_id = proposing.run(bot, proposal_id, user)
+        ex = bot.get(execution_id)
+        return Reply(f"proposal {proposal_id}: execution {ex.id} ({ex.runbook}) requested by "
+                     f"{user}; {ex.state.replace('_', ' ')}", execution_id=ex.id)
+    proposal = proposing.dismiss(bot, proposal_id, user, " ".join(args[2:]) or None)
+    return Reply(f"proposal {proposal.id}: dismissed by {user}")
+
+
+COMMANDS: dict[str, Command] = {
+    "help": _help, "list": _list, "describe": _describe, "plan": _plan, "run": _run,
+    "approve": _approve, "deny": _deny, "cancel": _cancel, "status": _status, "show": _show,
+    "history": _history, "node": _node, "confirm": _confirm, "proposals": _proposals,
+    "proposal": _proposal,
+    "schedule": lambda bot, args, user: scheduled.schedule(bot, args, user),
+    "window": lambda bot, args, user: scheduled.window(bot, args, user),
+}
+

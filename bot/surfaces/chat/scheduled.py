@@ -1,0 +1,127 @@
+"""The ``schedule`` and ``window`` verbs of the chat grammar (bot.surfaces.chat.commands), also
+behind ``runbook schedule ...`` and ``runbook window ...``.
+
+    schedule add NAME key=value... cron="0 2 * * SAT" [tz=Europe/Istanbul] [approve=ahead]
+    schedule add NAME key=value... at="2026-12-05 02:00" [tz=...] [approve=ahead]
+    schedule [list [all]] | show ID | approve ID | pause ID | resume ID | remove ID
+    window create NODES start=now|"2026-12-05 02:00" duration=4h [tz=...] [reason=...]
+                  [runbooks="NAME key=value...; NAME key=value..."]
+    window [list [all]] | show ID | approve ID | open ID | cancel ID
+
+Only words are read here; bot.schedule.scheduling and bot.schedule.windows decide and
+record everything.
+"""
+
+from __future__ import annotations
+
+from bot.runbooks.params import parse_assignments
+from bot.schedule import scheduling, windows
+from bot.service import Service
+from bot.surfaces.chat.reply import Reply
+
+SCHEDULE_USAGE = ('schedule add NAME key=value... cron="0 2 * * SAT"|at="2026-12-05 02:00" '
+                  "[tz=ZONE] [approve=ahead] | schedule list [all] | schedule show|approve|"
+                  "pause|resume|remove ID")
+WINDOW_USAGE = ('window create NODES start=now|"YYYY-MM-DD HH:MM" duration=4h [tz=ZONE] '
+                '[reason=TEXT] [runbooks="NAME k=v; NAME k=v"] | window list [all] | '
+                "window show|approve|open|cancel ID")
+
+
+def _usage(text: str) -> Reply:
+    return Reply(f"usage: {text}", ok=False)
+
+
+def _id(args: list[str]) -> int | None:
+    return int(args[1]) if len(args) == 2 and args[1].isdigit() else None
+
+
+def schedule(bot: Service, args: list[str], user: str, source: str = "chat") -> Reply:
+    verb = args[0].lower() if args else "list"
+    if verb == "list":
+        listed = scheduling.listing(bot, everything=args[1:2] == ["all"])
+        return Reply("\n".join(scheduling.line(bot, s) for s in listed) or "no schedules")
+    if verb == "add":
+        return _add(bot, args[1:], user, source)
+    schedule_id = _id(args)
+    if verb not in ("show", "approve", "pause", "resume", "remove") or schedule_id is None:
+        return _usage(SCHEDULE_USAGE)
+    if verb == "show":
+        return Reply(scheduling.show_text(bot, scheduling.get(bot, schedule_id)))
+    if verb == "approve":
+        found, names, note = scheduling.approve(bot, schedule_id, user)
+        required = bot.plan(found.runbook, found.params).approval.required
+        return Reply(f"schedule {found.id}: approved ahead by {user} "
+                     f"({len(names)}/{required}: {', '.join(names)})"
+                     + (f"; {note}" if note else ""))
+    found = scheduling.steer(bot, schedule_id, user, verb)
+    return Reply(f"schedule {found.id}: {found.state} ({verb} by {user})")
+
+
+def _add(bot: Service, words: list[str], user: str, source: str) -> Reply:
+    if not words or "=" in words[0]:
+        return _usage(SCHEDULE_USAGE)
+    name, values = words[0], parse_assignments(words[1:])
+    own = {key: values.pop(key) for key in scheduling.OWN_KEYS if key in values}
+    found = scheduling.add(bot, name, values, user, cron=own.get("cron"), at=own.get("at"),
+                           tz=own.get("tz"), approve=own.get("approve", "when_due"),
+                           source=source)
+    upcoming = scheduling.next_fire(found)
+    required = bot.plan(found.runbook, found.params).approval.required
+    if required == 0:
+        approval = "it needs no approval"
+    elif found.approve == "ahead":
+        approval = (f"approvers approve it ahead: `schedule approve {found.id}` "
+                    f"({required} needed); without them each run waits for approval")
+    else:
+        approval = "approvers are asked when it fires"
+    return Reply(f"schedule {found.id}: {found.runbook} {found.when}, next "
+                 f"{scheduling.utc_iso(upcoming) if upcoming else 'never'} UTC; runs as "
+                 f"{found.created_by}; {approval}")
+
+
+def window(bot: Service, args: list[str], user: str) -> Reply:
+    verb = args[0].lower() if args else "list"
+    if verb == "list":
+        listed = windows.listing(bot, everything=args[1:2] == ["all"])
+        return Reply("\n".join(windows.line(w) for w in listed) or "no maintenance windows")
+    if verb == "create":
+        return _create(bot, args[1:], user)
+    window_id = _id(args)
+    if verb not in ("show", "approve", "open", "cancel") or window_id is None:
+        return _usage(WINDOW_USAGE)
+    if verb == "show":
+        return Reply(windows.show_text(bot, windows.get(bot, window_id)))
+    if verb == "approve":
+        found, names, note = windows.approve(bot, window_id, user)
+        return Reply(f"window {found.id}: approved ahead by {user} (approvers so far: "
+                     f"{', '.join(names)})" + (f"; {note}" if note else ""))
+    if verb == "open":
+        found = windows.open_now(bot, window_id, user)
+        return Reply(f"window {found.id}: {found.state} (open-window execution "
+                     f"{found.open_execution_id}, opened early by {user})"
+                     if found.open_execution_id else f"window {found.id}: {found.state}: "
+                     f"{found.report or ''}", ok=found.state != windows.FAILED,
+                     execution_id=found.open_execution_id)
+    found = windows.cancel(bot, window_id, user)
+    what = {windows.CANCELLED: "cancelled", windows.CLOSING: "closing now",
+            windows.CLOSED: "closed"}.get(found.state, found.state)
+    return Reply(f"window {found.id}: {what} ({user})", execution_id=found.close_execution_id)
+
+
+def _create(bot: Service, words: list[str], user: str) -> Reply:
+    if not words or "=" in words[0]:
+        return _usage(WINDOW_USAGE)
+    nodes, values = words[0], parse_assignments(words[1:])
+    unknown = sorted(set(values) - {"start", "duration", "runbooks", "reason", "tz"})
+    if unknown or "start" not in values or "duration" not in values:
+        return _usage(WINDOW_USAGE)
+    found = windows.create(bot, nodes, user, start=values["start"],
+                           duration=values["duration"], runbooks=values.get("runbooks", ""),
+                           reason=values.get("reason", "maintenance window"),
+                           tz=values.get("tz"))
+    names = windows.approvers_ahead(bot, found)
+    needed = [f"{p['runbook']} {p['required']}" for p in found.plans if p["required"]]
+    ask = (f"approvals ahead needed ({', '.join(needed)}): `window approve {found.id}`; "
+           "without them it waits for approval when it opens") if needed and not names else ""
+    return Reply(f"window {found.id}: {found.nodes} from {found.start:%Y-%m-%d %H:%M} UTC for "
+                 f"{values['duration']}, {len(found.runs)} runbook(s) inside; {ask}".rstrip("; "))

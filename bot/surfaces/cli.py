@@ -1,0 +1,639 @@
+"""``runbook``: the command line. It only translates; bot.service does the work.
+
+Heavy modules (SQLAlchemy, pydantic, Jinja2) are imported inside the commands
+so that ``runbook --help`` starts fast.
+
+Exit codes: 0 success; 2 bad input or a refused request (nothing was done);
+1 the execution failed, was denied, expired or was cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bot.config import Config
+    from bot.service import Service
+    from bot.surfaces.slack.surface import SlackSurface
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input on the command line: exit 2 with the message."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="runbook",
+        description="Run versioned, approved and audited runbooks on GPU clusters.",
+        epilog="Exit codes: 0 success, 2 bad input or refused (nothing done), "
+               "1 the execution failed or was denied.",
+    )
+    parser.add_argument("--config", help="configuration file (default: $RUNBOOK_CONFIG, "
+                                         "else built-in defaults)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=help_text)
+
+    add("list", "list the runbooks")
+    add("describe", "show a runbook's parameters, policy and steps").add_argument("name")
+    p = add("validate", "validate runbook files (default: the configured runbooks)")
+    p.add_argument("paths", nargs="*")
+    for name, text in (("plan", "print the plan and its hash; changes nothing"),
+                       ("run", "request an execution (prints its ID first)")):
+        p = add(name, text)
+        p.add_argument("name")
+        p.add_argument("params", nargs="*", metavar="key=value")
+        p.add_argument("--break-glass", action="store_true",
+                       help="override the capacity guard (needs one more approval)")
+        if name == "run":
+            p.add_argument("--wait", action="store_true",
+                           help="wait for approval and drive the execution to its end here")
+            p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+    p = add("confirm", "answer the question a running step asks (chat.confirm)")
+    p.add_argument("id", type=int)
+    p.add_argument("--no", action="store_true", help="answer no: the step fails")
+    p.add_argument("--note", help="a note kept in the audit log")
+    p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+    for name, text in (("approve", "approve an execution"), ("deny", "deny an execution"),
+                       ("cancel", "cancel an execution (undoes completed steps)"),
+                       ("resume", "resume an execution held for a person")):
+        p = add(name, text)
+        p.add_argument("id", type=int)
+        p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+        if name == "deny":
+            p.add_argument("--reason")
+    add("status", "one execution's state").add_argument("id", type=int)
+    add("show", "one execution's timeline from the audit log").add_argument("id", type=int)
+    p = add("history", "past and current executions")
+    p.add_argument("--node")
+    p.add_argument("--runbook")
+    p.add_argument("--user")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    p = add("audit", "verify or export the audit log")
+    audit_sub = p.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
+    audit_sub.add_parser("verify", help="check the hash chain; exit 1 naming the first bad event")
+    e = audit_sub.add_parser("export", help="write events as JSON lines or CSV")
+    e.add_argument("--since", help="ISO date or time (UTC), inclusive")
+    e.add_argument("--until", help="ISO date or time (UTC), exclusive")
+    e.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
+    e.add_argument("--output", help="file to write (default: standard output)")
+    add("versions", "the versions of a runbook the bot has seen").add_argument("name")
+    p = add("diff", "what changed between two versions of a runbook")
+    p.add_argument("name")
+    p.add_argument("v1")
+    p.add_argument("v2")
+    p = add("serve", "the bot's HTTP server (/alerts, /healthz, /metrics, /slack/events), "
+                     "Slack, and on the leader the engine and the scheduler")
+    p.add_argument("--host", help="address to listen on (default: server.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default: server.port, 8080)")
+    p = add("chat", "the chat grammar at a terminal (script mode when stdin is not a terminal)")
+    p.add_argument("--as", dest="as_user", help="start as USER (lab configs only)")
+    p = add("node", "one or more nodes as Slurm, Kubernetes and the GPUs see them")
+    p.add_argument("names", nargs="+")
+    p.add_argument("--json", action="store_true")
+    p = add("proposals", "runbooks proposed by alerts, waiting for a person")
+    p.add_argument("--all", action="store_true", help="also dismissed and started ones")
+    p.add_argument("--json", action="store_true")
+    p = add("proposal", "act on a proposal: run it (as a request) or dismiss it")
+    p.add_argument("action", choices=["run", "dismiss"])
+    p.add_argument("id", type=int)
+    p.add_argument("--reason")
+    p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+    p = add("engine", "drive approved and interrupted executions (the worker)")
+    p.add_argument("--once", action="store_true", help="return when nothing is left to run")
+    p = add("schedule", 'run a runbook later: add NAME key=value... cron="0 2 * * SAT"|'
+                        'at="2026-12-05 02:00" [tz=ZONE] [approve=ahead]; list [all]; '
+                        "show|approve|pause|resume|remove ID")
+    p.add_argument("words", nargs="+", metavar="WORD")
+    p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+    p = add("window", 'maintenance windows: create NODES start=... duration=... '
+                      '[runbooks="NAME k=v; ..."] [reason=...]; list [all]; '
+                      "show|approve|open|cancel ID")
+    p.add_argument("words", nargs="+", metavar="WORD")
+    p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+    p.add_argument("--wait", action="store_true",
+                   help="open/cancel: drive the window's executions here until it is open "
+                        "with its runbooks done, or closed")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(_COMMANDS[args.command](args))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        code = _known_error(exc)
+        if code is None:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return code
+
+
+def _known_error(exc: Exception) -> int | None:
+    from bot.config import ConfigError
+    from bot.runbooks.loading import RunbookError
+    from bot.runbooks.params import ParamError
+    from bot.store.db import DatabaseError
+    from kit.errors import Refused
+
+    if isinstance(exc, ConfigError | RunbookError | ParamError | Refused | DatabaseError):
+        return EXIT_BAD_INPUT
+    return None
+
+
+# --- wiring -------------------------------------------------------------------------------
+
+
+def _config(args: argparse.Namespace) -> Config:
+    from bot.config import load_config
+
+    return load_config(args.config)
+
+
+def _bot(args: argparse.Namespace) -> Service:
+    from bot.service import Service
+
+    bot = Service.from_config(_config(args))
+    for warning in bot.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return bot
+
+
+def _user(args: argparse.Namespace, bot: Service) -> str:
+    from bot.config import current_user
+
+    wanted = getattr(args, "as_user", None)
+    if wanted is None:
+        return current_user()
+    if not bot.config.lab:
+        raise UsageError("--as is only honoured when the configuration says lab: true")
+    return str(wanted)
+
+
+def _report(execution_id: int, line: str) -> None:
+    print(f"[{execution_id}] {line}", flush=True)
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    bot = _bot(args)
+    for name, loaded in sorted(bot.runbooks().items()):
+        rb = loaded.runbook
+        print(f"{name:<22} {rb.version:<10} {rb.risk:<7} {rb.summary}")
+    return EXIT_OK
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    from bot.execution.planning import approval_policy
+    from bot.surfaces.rendering import describe_text
+
+    bot = _bot(args)
+    loaded = bot.runbook(args.name)
+    print(describe_text(loaded, approval_policy(loaded.runbook, bot.config).describe()))
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from bot.runbooks.catalogue import KNOWN
+    from bot.runbooks.loading import load_all
+
+    config = _config(args)
+    paths = [Path(p) for p in args.paths] or config.runbook_paths
+    found = load_all(paths, {name: known[0] for name, known in KNOWN.items()})
+    if not found:
+        raise UsageError(f"no runbook files in {', '.join(str(p) for p in paths)}")
+    for name, loaded in sorted(found.items()):
+        print(f"ok  {loaded.path}  {name} {loaded.runbook.version}")
+    return EXIT_OK
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from bot.runbooks.params import parse_assignments
+    from bot.surfaces.rendering import plan_text
+
+    bot = _bot(args)
+    plan = bot.plan(args.name, parse_assignments(args.params), break_glass=args.break_glass)
+    print(plan_text(plan))
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from bot.runbooks.params import ParamError, parse_assignments
+    from kit.errors import Refused
+
+    bot = _bot(args)
+    user = _user(args, bot)
+    try:
+        raw = parse_assignments(args.params)
+    except ParamError as exc:  # still one audit event for the refused request
+        _refuse(bot, args.name, user, str(exc))
+        raise Refused(str(exc)) from exc
+    execution_id = bot.request(args.name, raw, user, break_glass=args.break_glass)
+    ex = bot.get(execution_id)
+    print(f"execution {execution_id}", flush=True)
+    print(f"{ex.runbook} {ex.version} requested by {user}; plan hash {ex.plan_hash}")
+    if ex.state == "awaiting_approval":
+        print(f"awaiting approval: {ex.plan.approval.describe()} "
+              f"(runbook approve {execution_id})", flush=True)
+    if not args.wait:
+        if ex.state == "approved":
+            print("queued: the engine runs it (runbook engine); follow with "
+                  f"`runbook status {execution_id}`")
+        return EXIT_OK
+    return _drive(bot, execution_id)
+
+
+def _refuse(bot: Service, name: str, user: str, reason: str) -> None:
+    from bot.store import audit
+
+    with bot.db.begin() as conn:
+        audit.append(conn, "refused", user, {"runbook": name[:64], "params": {}, "source": "cli",
+                                             "reason": reason[:2000]})
+
+
+def _drive(bot: Service, execution_id: int) -> int:
+    from bot.execution.engine import Engine
+
+    engine = Engine(bot, report=_report)
+    try:
+        ex = engine.drive(execution_id, wait_for_approval=True)
+        while not ex.terminal and ex.state != "held":  # another engine has it: follow it
+            engine.sleep(bot.config.engine.poll_seconds)
+            ex = engine.drive(execution_id, wait_for_approval=True)
+    finally:
+        engine.close()
+    print(f"execution {execution_id}: {ex.state}" + (f" — {ex.error}" if ex.error else ""))
+    return EXIT_OK if ex.state == "succeeded" else EXIT_FAILED
+
+
+def _decide(args: argparse.Namespace, verb: str) -> int:
+    bot = _bot(args)
+    user = _user(args, bot)
+    if verb == "approve":
+        ex = bot.approve(args.id, user)
+        got = len(bot.approvals(ex.id))
+        print(f"execution {ex.id}: approved by {user} ({got}/{ex.approvals_required}); "
+              f"now {ex.state}")
+    elif verb == "deny":
+        ex = bot.deny(args.id, user, args.reason)
+        print(f"execution {ex.id}: denied by {user}; nothing was run")
+    elif verb == "cancel":
+        ex = bot.cancel(args.id, user)
+        print(f"execution {ex.id}: " + ("cancelled" if ex.terminal else
+                                         "cancel requested: it stops at the next step "
+                                         "boundary and undoes completed steps"))
+    elif verb == "confirm":
+        question = bot.confirm(args.id, user, not args.no, args.note)
+        print(f"execution {args.id}: {user} answered {'no' if args.no else 'yes'} to "
+              f"{question!r}")
+    else:
+        ex = bot.resume(args.id, user)
+        print(f"execution {ex.id}: resume requested; the engine continues it")
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from bot.surfaces.rendering import status_text
+
+    bot = _bot(args)
+    ex = bot.get(args.id)
+    print(status_text(ex, bot.approvals(ex.id)))
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from bot.surfaces.rendering import status_text, timeline_text
+
+    bot = _bot(args)
+    ex, events = bot.timeline(args.id)
+    print(status_text(ex, bot.approvals(ex.id)))
+    print()
+    print(timeline_text(events))
+    return EXIT_OK
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    import json
+
+    from bot.execution import executions
+
+    bot = _bot(args)
+    with bot.db.connect() as conn:
+        found = executions.find(conn, runbook=args.runbook, user=args.user, limit=10_000)
+    if args.node:
+        found = [ex for ex in found if args.node in {str(v) for v in ex.params.values()}]
+    found = found[: args.limit]
+    if args.json:
+        print(json.dumps([_history_row(ex) for ex in found], indent=2))
+        return EXIT_OK
+    from bot.runbooks.params import params_text
+
+    for ex in found:
+        row = _history_row(ex)
+        params = params_text(ex.params)
+        print(f"{row['id']:>6}  {row['requested_at'][:19]}  {row['state']:<17} "
+              f"{row['runbook']:<18} {row['requested_by']:<10} {params}")
+    return EXIT_OK
+
+
+def _history_row(ex: Any) -> dict[str, Any]:
+    return {"id": ex.id, "runbook": ex.runbook, "version": ex.version, "state": ex.state,
+            "requested_by": ex.requested_by, "requested_at": ex.requested_at,
+            "finished_at": ex.finished_at, "params": ex.params, "error": ex.error}
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from bot.store import audit
+    from bot.store.db import connect
+
+    engine = connect(_config(args).resolved_database_url())
+    if args.audit_command == "verify":
+        verdict = audit.verify(engine)
+        if verdict.ok:
+            print(f"audit log intact: {verdict.events} events, head {verdict.head}")
+            return EXIT_OK
+        print(f"audit log BROKEN: {verdict.problem} (after {verdict.events} good events)")
+        return EXIT_FAILED
+    since, until = _iso(args.since), _iso(args.until)
+    with engine.connect() as conn:
+        rows = audit.events(conn, since=since, until=until)
+        if args.output:
+            with open(args.output, "w", newline="") as out:
+                count = audit.export(rows, out, args.format)
+            print(f"wrote {count} events to {args.output}", file=sys.stderr)
+        else:
+            audit.export(rows, sys.stdout, args.format)
+    return EXIT_OK
+
+
+def _iso(value: str | None) -> str | None:
+    from datetime import UTC, datetime
+
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f'"{value}" is not an ISO date or time (like 2026-11-30 or '
+                         "2026-11-30T10:00:00Z)") from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def cmd_versions(args: argparse.Namespace) -> int:
+    from bot.runbooks import versions
+
+    bot = _bot(args)
+    bot.runbooks()
+    with bot.db.connect() as conn:
+        found = versions.listing(conn, args.name)
+    if not found:
+        raise UsageError(f'the bot has never seen a runbook "{args.name}"')
+    for version in found:
+        print(f"{version.version:<12} sha256 {version.content_hash}  first seen "
+              f"{version.first_seen}")
+    return EXIT_OK
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from bot.runbooks import versions
+
+    bot = _bot(args)
+    bot.runbooks()
+    with bot.db.connect() as conn:
+        try:
+            text = versions.diff(conn, args.name, args.v1, args.v2)
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0])) from None
+    print(text or f"{args.name} {args.v1} and {args.v2} have the same text")
+    return EXIT_OK
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    from bot.execution.engine import Engine
+
+    bot = _bot(args)
+    bot.runbooks()
+    engine = Engine(bot, report=_report)
+    try:
+        engine.run_pending(once=args.once)
+    finally:
+        engine.close()
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from bot.runtime.serving import serve
+    from bot.runtime.tasks import scheduler_task
+
+    bot = _bot(args)
+    bot.runbooks()
+    host = args.host or bot.config.server.host
+    port = args.port or bot.config.server.port
+    slack = _slack_surface(bot)
+    routes = dict(slack.routes()) if slack else {}
+    tasks = list(slack.tasks()) if slack else []
+    # schedules and windows: fired by the leader only, like the engine runs executions
+    tasks.append(scheduler_task(bot, lambda line: print(f"[scheduler] {line}", flush=True)))
+    report = _report
+    if slack is not None:
+        surface = slack
+
+        def report(execution_id: int, line: str) -> None:
+            _report(execution_id, line)
+            surface.report(execution_id, line)
+
+    paths = ", ".join(["/alerts", "/healthz", "/metrics", *routes])
+    print(f"serving on http://{host}:{port} ({paths})"
+          + (f"; Slack in {slack.mode} mode" if slack else "; Slack not set up"), flush=True)
+    stop = threading.Event()  # SIGTERM (a pod stopping): give the leadership up, then exit
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    serve(bot, host, port, report, stop, routes=routes, tasks=tasks)
+    return EXIT_OK
+
+
+def _slack_surface(bot: Service) -> SlackSurface | None:
+    from bot.surfaces.slack.secrets import SlackSetupError
+    from bot.surfaces.slack.surface import from_environment
+
+    try:
+        return from_environment(bot)
+    except SlackSetupError as exc:
+        raise UsageError(f"Slack: {exc}") from exc
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from bot.surfaces.chat.terminal import run_chat
+
+    bot = _bot(args)
+    bot.runbooks()
+    user = _user(args, bot)
+    scripted = None if sys.stdin.isatty() else sys.stdin
+    return run_chat(bot, user, lines=scripted)
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    import json
+
+    from bot.surfaces import nodeview
+
+    bot = _bot(args)
+    unknown = [name for name in args.names if name not in bot.inventory.nodes]
+    if unknown:
+        raise UsageError(f"not known node(s): {', '.join(unknown)}")
+    views = nodeview.build(bot, args.names)
+    if args.json:
+        print(json.dumps([view.__dict__ for view in views], indent=2, default=str))
+    else:
+        print("\n\n".join(nodeview.text(view) for view in views))
+    return EXIT_OK
+
+
+def cmd_proposals(args: argparse.Namespace) -> int:
+    import json
+    import time
+    from datetime import datetime
+
+    from bot.alerts import proposing
+    from bot.runbooks.params import params_text
+
+    bot = _bot(args)
+    found = proposing.listing(bot, open_only=not args.all)
+    if args.json:
+        print(json.dumps([p.__dict__ for p in found], indent=2))
+        return EXIT_OK
+    if not found:
+        print("no open proposals" if not args.all else "no proposals")
+    for p in found:
+        since = datetime.fromisoformat(p.created_at.replace("Z", "+00:00")).timestamp()
+        age = _age(time.time() - since)
+        node = p.labels.get("node") or p.labels.get("Hostname") or p.labels.get("hostname", "-")
+        resolved = ", alert resolved" if p.alert_status == "resolved" else ""
+        print(f"{p.id:>5}  {p.state:<9} {p.alertname:<22} {node:<8} {p.runbook:<12} "
+              f"{params_text(p.params)}  ({age} ago{resolved})")
+    return EXIT_OK
+
+
+def _age(seconds: float) -> str:
+    from kit.durations import format_duration
+
+    return format_duration(max(1, int(seconds)))
+
+
+def cmd_proposal(args: argparse.Namespace) -> int:
+    from bot.alerts import proposing
+
+    bot = _bot(args)
+    user = _user(args, bot)
+    if args.action == "run":
+        execution_id = proposing.run(bot, args.id, user)
+        print(f"execution {execution_id}")
+        ex = bot.get(execution_id)
+        print(f"proposal {args.id}: {ex.runbook} requested by {user}; now {ex.state}")
+    else:
+        proposing.dismiss(bot, args.id, user, args.reason)
+        print(f"proposal {args.id}: dismissed by {user}")
+    return EXIT_OK
+
+
+def cmd_scheduled(args: argparse.Namespace, noun: str) -> int:
+    """``runbook schedule ...`` and ``runbook window ...``: the chat grammar's verbs."""
+    from bot.surfaces.chat import scheduled
+
+    bot = _bot(args)
+    bot.runbooks()
+    user = _user(args, bot)
+    words = list(args.words)
+    if noun == "schedule":
+        reply = scheduled.schedule(bot, words, user, source="cli")
+    else:
+        reply = scheduled.window(bot, words, user)
+    print(reply.text, file=sys.stdout if reply.ok else sys.stderr)
+    if not reply.ok:
+        return EXIT_BAD_INPUT
+    if (noun == "window" and args.wait and len(words) == 2 and words[0] in ("open", "cancel")
+            and words[1].isdigit()):
+        return _follow_window(bot, int(words[1]))
+    return EXIT_OK
+
+
+def _follow_window(bot: Service, window_id: int) -> int:
+    """Drive a window's executions here until it is open with its runbooks done, or ended."""
+    from bot.execution.engine import Engine
+    from bot.schedule import windows
+
+    engine = Engine(bot, report=_report)
+    waiting_said = False
+    try:
+        while True:
+            for note in windows.advance(bot, window_id):
+                print(f"[window {window_id}] {note}", flush=True)
+            engine.run_pending(once=True)
+            window = windows.get(bot, window_id)
+            if window.state in windows.ENDED or (
+                    window.state == windows.OPEN and windows.inside_done(window)):
+                break
+            if not waiting_said and window.open_execution_id and bot.get(
+                    window.open_execution_id).state == "awaiting_approval":
+                print(f"[window {window_id}] waiting for approval of execution "
+                      f"{window.open_execution_id} (runbook approve "
+                      f"{window.open_execution_id})", flush=True)
+                waiting_said = True
+            engine.sleep(bot.config.engine.poll_seconds)
+    finally:
+        engine.close()
+    print(windows.show_text(bot, window))
+    return EXIT_OK if window.state in (windows.OPEN, windows.CLOSED) else EXIT_FAILED
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "list": cmd_list,
+    "describe": cmd_describe,
+    "validate": cmd_validate,
+    "plan": cmd_plan,
+    "run": cmd_run,
+    "approve": lambda a: _decide(a, "approve"),
+    "deny": lambda a: _decide(a, "deny"),
+    "cancel": lambda a: _decide(a, "cancel"),
+    "resume": lambda a: _decide(a, "resume"),
+    "confirm": lambda a: _decide(a, "confirm"),
+    "status": cmd_status,
+    "show": cmd_show,
+    "history": cmd_history,
+    "audit": cmd_audit,
+    "versions": cmd_versions,
+    "diff": cmd_diff,
+    "engine": cmd_engine,
+    "serve": cmd_serve,
+    "proposals": cmd_proposals,
+    "node": cmd_node,
+    "chat": cmd_chat,
+    "proposal": cmd_proposal,
+    "schedule": lambda a: cmd_scheduled(a, "schedule"),
+    "window": lambda a: cmd_scheduled(a, "window"),
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Text for people: plans, statuses and timelines, as the terminal and chat show them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from bot.execution import locking
+from bot.execution.executions import Execution
+from bot.execution.planning import Plan, PlannedCheck
+from bot.runbooks.loading import LoadedRunbook
+from bot.runbooks.params import params_text, value_text
+from kit.durations import format_duration
+
+
+def plan_text(plan: Plan) -> str:
+    lines = [
+        f"plan for {plan.runbook} {plan.version} (risk {plan.risk})",
+        "parameters: " + params_text(plan.params),
+        "locks: " + (", ".join(locking.compact(plan.locks)) or "none"),
+        "approval: " + plan.approval.describe()
+        + (" (break-glass: one more approval; the runbook's capacity floor is overridden, "
+           "never the site floor)" if plan.break_glass else "")
+        + (" (outside a maintenance window: the runbook requires one, so one more approval)"
+           if plan.outside_window else ""),
+    ]
+    lines += [f"break-glass: {guard.describe()}" for guard in plan.weakened_guards]
+    lines += _checks("pre-checks", plan.pre_checks)
+    lines.append("steps:")
+    for number, step in enumerate(plan.steps, 1):
+        if step.skipped:
+            lines.append(f"  {number}. {step.id} [{step.action}]: skipped (when is false)")
+            continue
+        lines.append(f"  {number}. {step.id} [{step.action}]"
+                     + (f" (retries {step.retries})" if step.retries else ""))
+        lines += [f"       {op}" for op in step.operations]
+        if step.undo is not None:
+            lines += [f"       undo: {op}" for op in step.undo.operations]
+    lines += _checks("post-checks", plan.post_checks)
+    if plan.on_failure == "leave":
+        lines.append("on failure: completed steps are left as they are")
+    lines.append(f"plan hash: {plan.hash}")
+    return "\n".join(lines)
+
+
+def _checks(title: str, checks: list[PlannedCheck]) -> list[str]:
+    if not checks:
+        return [f"{title}: none"]
+    lines = [f"{title}:"]
+    for check in checks:
+        if check.skipped:
+            lines.append(f"  - {check.name}: skipped (when is false)")
+            continue
+        spec = ", ".join(f"{k} {v}" for k, v in check.spec.items())
+        expect = f", expect {check.expect}" if check.expect else ""
+        held = f" for {format_duration(check.for_seconds)}" if check.for_seconds else ""
+        lines.append(f"  - {check.name}: {spec}{expect}{held}")
+    return lines
+
+
+def describe_text(loaded: LoadedRunbook, policy: str) -> str:
+    rb = loaded.runbook
+    lines = [f"{rb.name} {rb.version} (risk {rb.risk}): {rb.summary}"]
+    if rb.description:
+        lines += ["", rb.description.strip(), ""]
+    lines.append("parameters:" if rb.params else "parameters: none")
+    for name, spec in rb.params.items():
+        flags = "required" if spec.required else (
+            f"default {spec.default}" if spec.default is not None else "optional")
+        extra = f" one of {', '.join(spec.choices)}" if spec.choices else ""
+        if spec.weakens_guard is not None:
+            how = {"lower": "a lower", "higher": "a higher"}.get(spec.weakens_guard, "any other")
+            flags += f"; {how} value weakens a guard: break-glass"
+        lines.append(f"  {name} ({spec.type}, {flags}){extra}: {spec.description}".rstrip(": "))
+    lines.append(f"approval: {policy}")
+    lines.append("steps: " + ", ".join(f"{s.id} [{s.action}]" for s in rb.steps))
+    lines.append(f"resume after a crash: {rb.resume}; on failure: {rb.on_failure}")
+    lines.append(f"file: {loaded.path}  content sha256: {loaded.content_hash}")
+    return "\n".join(lines)
+
+
+def status_text(ex: Execution, approvers: list[str]) -> str:
+    lines = [
+        f"execution {ex.id}: {ex.runbook} {ex.version} — {ex.state.upper()}",
+        "parameters: " + params_text(ex.params),
+        f"requested by {ex.requested_by} at {ex.requested_at}",
+    ]
+    if ex.approvals_required:
+        lines.append(f"approvals: {len(approvers)}/{ex.approvals_required}"
+                     + (f" ({', '.join(approvers)})" if approvers else "")
+                     + f" — {ex.plan.approval.describe()}")
+    if ex.state in ("running", "undoing"):
+        lines.append(f"stage: {ex.stage}")
+    if ex.error:
+        lines.append(f"{'reason' if ex.terminal else 'note'}: {ex.error}")
+    if ex.finished_at:
+        lines.append(f"finished at {ex.finished_at}")
+    lines.append(f"runbook content sha256 {ex.content_hash}; plan hash {ex.plan_hash}")
+    return "\n".join(lines)
+
+
+def timeline_text(events: Iterable[dict[str, Any]]) -> str:
+    return "\n".join(
+        f"{e['ts']}  #{e['seq']:<6} {e['kind']:<22} {e['actor']:<10} {_event_detail(e)}"
+        for e in events
+    )
+
+
+def _event_detail(event: dict[str, Any]) -> str:
+    data = event["data"]
+    kind = event["kind"]
+    if kind in ("step_started", "undo_started") and "operations" in data:
+        return f"{data['step']} attempt {data['attempt']}: {'; '.join(data['operations'])}"
+    if kind in ("step_finished", "undo_finished"):
+        return f"{data['step']}: {data.get('summary', '')}"
+    if kind in ("step_failed", "undo_failed"):
+        return f"{data['step']}: {data.get('error', '')}"
+    if kind == "check_evaluated":
+        verdict = "passed" if data["passed"] else "FAILED"
+        return f"{data['check']}: {verdict}, value {data['value']} ({data['detail']})"
+    if kind == "requested":
+        params = " ".join(f"{k}={value_text(v)}" for k, v in data["params"].items())
+        return f"{data['runbook']} {data['version']} {params} (sha256 {data['content_hash'][:12]})"
+    if kind == "finished":
+        return str(data["state"]) + (f": {data['error']}" if data.get("error") else "")
+    return json.dumps(data, sort_keys=True)[:300]

@@ -1,0 +1,117 @@
+"""The Bolt app: the ``/runbook`` command and the buttons, acknowledged at once.
+
+Every listener acknowledges first and hands the work to a pool of its own, so a
+slow plan (Prometheus, Slurm) never holds up the next acknowledgement. The work
+is one line of the chat grammar given to ``commands.handle``: a button is the
+command it stands for (Approve on execution 12 is ``approve 12``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Any
+
+from slack_bolt import App
+
+from bot.service import Service
+from bot.surfaces.chat import commands
+from bot.surfaces.slack import deliveries
+from bot.surfaces.slack.identity import Identities
+from bot.surfaces.slack.secrets import SlackSecrets
+
+log = logging.getLogger(__name__)
+ACK_THREADS = 32  # Bolt's pool only acknowledges; the work runs in the surface's own pool
+
+
+class Listeners:
+    def __init__(self, bot: Service, client: Any, identities: Identities, work: Executor,
+                 changed: Callable[[], None]) -> None:
+        self.bot = bot
+        self.client = client
+        self.identities = identities
+        self.work = work
+        self.changed = changed  # tells the progress poster to look now
+
+    # --- the slash command ------------------------------------------------------------
+
+    def command(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
+        ack()
+        self.work.submit(self._guard, self._command, body, respond)
+
+    def _command(self, body: dict[str, Any], respond: Any) -> None:
+        user = self.identities.name(body["user_id"])
+        reply = commands.handle(self.bot, body.get("text", ""), user)
+        respond(text=_as_code(reply.text), response_type="ephemeral", replace_original=False)
+        if reply.execution_id is not None:
+            self.changed()
+
+    # --- buttons ------------------------------------------------------------------------
+
+    def button(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        ack()
+        self.work.submit(self._guard, self._button, body, action)
+
+    def _button(self, body: dict[str, Any], action: dict[str, Any]) -> None:
+        user = self.identities.name(body["user"]["id"])
+        line, problem = self._line_for(action)
+        text = problem or commands.handle(self.bot, line, user).text
+        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
+            "channel_id")
+        if channel:
+            self.client.chat_postEphemeral(channel=channel, user=body["user"]["id"], text=text)
+        self.changed()
+
+    def _line_for(self, action: dict[str, Any]) -> tuple[str, str | None]:
+        """The chat command a button stands for, or why it no longer applies."""
+        name, value = action.get("action_id", ""), str(action.get("value", ""))
+        head, _, tail = value.partition(":")
+        if not head.isdigit():
+            return "", f"this button carries no valid ID ({value[:40]!r})"
+        if name in ("approve", "deny"):
+            current = self.bot.get(int(head)).plan_hash
+            if tail != current:
+                return "", (f"execution {head}: the plan changed since this message was "
+                            "posted; look at the new plan before deciding")
+            return (f"approve {head}" if name == "approve"
+                    else f'deny {head} "denied from Slack"'), None
+        lines = {"cancel": f"cancel {head}", "run_proposal": f"proposal run {head}",
+                 "dismiss_proposal": f"proposal dismiss {head}",
+                 "confirm_yes": f"confirm {head}", "confirm_no": f"confirm {head} no"}
+        if name not in lines:
+            return "", f"unknown button {name[:40]!r}"
+        return lines[name], None
+
+    def _guard(self, work: Callable[..., None], body: dict[str, Any], *args: Any) -> None:
+        """After the acknowledgement: act once per delivery, and log a failure, never lose
+        it silently. (The redelivery check reads the database, so it stays off the ack path.)"""
+        try:
+            key = deliveries.key_of(body)
+            if key is not None and not deliveries.first_time(self.bot.db, key):
+                log.info("ignored a redelivered Slack request (%s)", key.partition(":")[0])
+                return
+            work(body, *args)
+        except Exception:
+            log.exception("Slack request failed after it was acknowledged")
+
+
+def build_app(bot: Service, secrets: SlackSecrets, client: Any, listeners: Listeners) -> App:
+    app = App(
+        client=client,
+        signing_secret=secrets.signing_secret or "",
+        request_verification_enabled=secrets.mode == "http",
+        process_before_response=False,
+        listener_executor=ThreadPoolExecutor(ACK_THREADS, thread_name_prefix="slack-ack"),
+        logger=log,
+    )
+
+    app.command("/runbook")(listeners.command)
+    for action_id in ("approve", "deny", "cancel", "run_proposal", "dismiss_proposal",
+                      "confirm_yes", "confirm_no"):
+        app.action(action_id)(listeners.button)
+    return app
+
+
+def _as_code(text: str) -> str:
+    return "```" + text.replace("```", "'''") + "```" if "\n" in text else text

@@ -1,0 +1,239 @@
+"""Plans, progress and proposals in the channel: what the database says, kept up to date.
+
+One root message per execution, posted when it is requested (from any surface:
+Slack, the CLI, a schedule, an alert) and updated with ``chat.update`` as its
+steps move; the engine's progress lines and the final summary go to its thread.
+Each message has a row in ``chat_messages`` claimed before it is posted, so a
+restart or another replica never posts it twice. It runs in the leader only,
+next to the engine whose progress lines it receives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, select, update
+from sqlalchemy.exc import IntegrityError
+
+from bot.alerts import proposing
+from bot.execution import confirming, executions
+from bot.execution.executions import Execution
+from bot.service import Service
+from bot.store import audit
+from bot.store.db import now_iso
+from bot.store.schema import chat_messages, confirmations, proposals
+from bot.store.schema import executions as executions_table
+from bot.surfaces.slack import blocks, deliveries
+from bot.surfaces.slack.blocks import Message
+from kit.canonical import canonical
+
+log = logging.getLogger(__name__)
+MAX_QUEUED_LINES = 500
+LINES_PER_REPLY = 40
+# Executions that ended shortly before the poster started (a restart, a new leader) still
+# get their message; older ones do not flood the channel when Slack is first switched on.
+LOOKBACK_SECONDS = 300.0
+
+
+class Poster:
+    def __init__(self, bot: Service, client: Any, channel: str, poll_seconds: float) -> None:
+        self.bot = bot
+        self.client = client
+        self.channel = channel
+        self.poll_seconds = poll_seconds
+        self._lines: dict[int, list[str]] = defaultdict(list)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._since = _iso(time.time() - LOOKBACK_SECONDS)
+
+    # --- inputs ---------------------------------------------------------------------
+
+    def report(self, execution_id: int, line: str) -> None:
+        """The engine's progress line: goes to the execution's thread at the next tick."""
+        with self._lock:
+            queued = self._lines[execution_id]
+            if len(queued) < MAX_QUEUED_LINES:
+                queued.append(line)
+        self._wake.set()
+
+    def nudge(self) -> None:
+        self._wake.set()
+
+    def run(self, stop: threading.Event) -> None:
+        last_prune = 0.0
+        while not stop.is_set():
+            try:
+                self.tick()
+                if time.monotonic() - last_prune > 3600:
+                    deliveries.prune(self.bot.db)
+                    last_prune = time.monotonic()
+            except Exception:  # Slack or the database hiccuped: try again next tick
+                log.exception("posting progress to Slack failed; retrying")
+            self._wake.wait(self.poll_seconds)
+            self._wake.clear()
+            stop.wait(min(0.2, self.poll_seconds))  # at most ~5 ticks/s: Slack's rate limits
+
+    def tick(self) -> None:
+        self._post_new_executions()
+        self._update_executions()
+        self._proposals()
+
+    # --- executions -----------------------------------------------------------------
+
+    def _post_new_executions(self) -> None:
+        with self.bot.db.connect() as conn:
+            posted = select(chat_messages.c.subject)
+            rows = conn.execute(
+                select(executions_table.c.id).where(
+                    (executions_table.c.state.in_(executions.ACTIVE | {"held"}))
+                    | (executions_table.c.requested_at >= self._since))
+                .order_by(executions_table.c.id)).all()
+            known = set(conn.execute(posted.where(
+                chat_messages.c.subject.like("execution:%"))).scalars())
+        for (execution_id,) in rows:
+            if f"execution:{execution_id}" not in known:
+                self._post_root(execution_id)
+
+    def _post_root(self, execution_id: int) -> None:
+        ex, approvers, states = self._read(execution_id)
+        message = blocks.progress_message(ex, approvers, states)
+        self._post(f"execution:{execution_id}", message)
+
+    def _update_executions(self) -> None:
+        for subject, ts, rendered in self._open_messages("execution:%"):
+            execution_id = int(subject.split(":")[1])
+            ex, approvers, states = self._read(execution_id)
+            message = blocks.progress_message(ex, approvers, states)
+            if _digest(message) != rendered:
+                self.client.chat_update(channel=self.channel, ts=ts, text=message.text,
+                                        blocks=message.blocks)
+                self._set(subject, rendered=_digest(message))
+            self._questions(ex, ts)
+            self._flush_lines(execution_id, ts)
+            if ex.terminal:
+                self._flush_lines(execution_id, ts)
+                self.client.chat_postMessage(channel=self.channel, thread_ts=ts,
+                                             text=self._summary(ex))
+                self._set(subject, final=1)
+
+    def _read(self, execution_id: int) -> tuple[Execution, list[str], Any]:
+        ex = self.bot.get(execution_id)  # ends it first if its approval window passed
+        with self.bot.db.connect() as conn:
+            return (ex, executions.approvals_for(conn, ex.id, ex.plan_hash),
+                    executions.step_states_of(conn, ex.id))
+
+    def _flush_lines(self, execution_id: int, ts: str) -> None:
+        with self._lock:
+            lines = self._lines.pop(execution_id, [])
+        for start in range(0, len(lines), LINES_PER_REPLY):
+            chunk = lines[start:start + LINES_PER_REPLY]
+            self.client.chat_postMessage(channel=self.channel, thread_ts=ts,
+                                         text="```" + "\n".join(chunk) + "```")
+
+    def _summary(self, ex: Execution) -> str:
+        with self.bot.db.connect() as conn:
+            events = list(audit.events(conn, execution_id=ex.id))
+        checks = [e["data"] for e in events if e["kind"] == "check_evaluated"]
+        started = next((e["ts"] for e in events if e["kind"] == "started"), None)
+        duration = None
+        if started and ex.finished_at:
+            duration = (_parse(ex.finished_at) - _parse(started)).total_seconds()
+        return blocks.summary_text(ex, checks, duration)
+
+    # --- questions a running step asks (chat.confirm) -------------------------------------
+
+    def _questions(self, ex: Execution, root_ts: str) -> None:
+        with self.bot.db.connect() as conn:
+            question = confirming.pending(conn, ex.id)
+        if question is not None:
+            subject = f"confirm:{ex.id}:{question.step_id}"
+            message = blocks.confirm_message(ex.id, question.step_id, question.question)
+            self._post(subject, message, thread_ts=root_ts)
+        for subject, ts, _ in self._open_messages(f"confirm:{ex.id}:%"):
+            step_id = subject.split(":", 2)[2]
+            with self.bot.db.connect() as conn:
+                row = conn.execute(select(confirmations).where(
+                    confirmations.c.execution_id == ex.id,
+                    confirmations.c.step_id == step_id)).first()
+            if row is not None and row.answer is not None:
+                answered = blocks.answered_message(row.question, row.answer,
+                                                   row.answered_by or "?")
+                self.client.chat_update(channel=self.channel, ts=ts, text=answered.text,
+                                        blocks=answered.blocks)
+                self._set(subject, final=1)
+            elif ex.terminal:
+                self._set(subject, final=1)
+
+    # --- proposals ----------------------------------------------------------------------
+
+    def _proposals(self) -> None:
+        with self.bot.db.connect() as conn:
+            open_ids = conn.execute(select(proposals.c.id).where(
+                proposals.c.state == "open")).scalars().all()
+        for proposal_id in open_ids:
+            proposal = proposing.get(self.bot, proposal_id)
+            self._post(f"proposal:{proposal_id}", blocks.proposal_message(proposal))
+        for subject, ts, rendered in self._open_messages("proposal:%"):
+            proposal = proposing.get(self.bot, int(subject.split(":")[1]))
+            message = blocks.proposal_message(proposal)
+            if _digest(message) != rendered:
+                self.client.chat_update(channel=self.channel, ts=ts, text=message.text,
+                                        blocks=message.blocks)
+                self._set(subject, rendered=_digest(message))
+            if proposal.state != "open":
+                self._set(subject, final=1)
+
+    # --- the chat_messages rows -------------------------------------------------------------
+
+    def _post(self, subject: str, message: Message, thread_ts: str | None = None) -> None:
+        """Post once: claim the subject, post, remember the ts (or let go on failure)."""
+        try:
+            with self.bot.db.begin() as conn:
+                conn.execute(chat_messages.insert().values(
+                    subject=subject, channel=self.channel, ts=None, rendered=None, final=0,
+                    updated_at=now_iso()))
+        except IntegrityError:
+            return  # posted already (or being posted by another replica)
+        try:
+            answer = self.client.chat_postMessage(channel=self.channel, text=message.text,
+                                                  blocks=message.blocks, thread_ts=thread_ts)
+        except Exception:
+            with self.bot.db.begin() as conn:
+                conn.execute(delete(chat_messages).where(chat_messages.c.subject == subject))
+            raise
+        self._set(subject, ts=str(answer["ts"]), rendered=_digest(message))
+
+    def _open_messages(self, pattern: str) -> list[tuple[str, str, str | None]]:
+        with self.bot.db.connect() as conn:
+            return [(r.subject, r.ts, r.rendered) for r in conn.execute(
+                select(chat_messages).where(chat_messages.c.subject.like(pattern),
+                                            chat_messages.c.final == 0,
+                                            chat_messages.c.ts.is_not(None))
+                .order_by(chat_messages.c.updated_at))]
+
+    def _set(self, subject: str, **values: Any) -> None:
+        with self.bot.db.begin() as conn:
+            _update(conn, subject, values)
+
+
+def _update(conn: Connection, subject: str, values: dict[str, Any]) -> None:
+    conn.execute(update(chat_messages).where(chat_messages.c.subject == subject)
+                 .values(**values, updated_at=now_iso()))
+
+
+def _digest(message: Message) -> str:
+    return hashlib.sha256(canonical([message.text, message.blocks]).encode()).hexdigest()
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch))
+
+
+def _parse(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.rstrip("Z"))

@@ -1,0 +1,105 @@
+"""What ``runbook serve`` plugs in for Slack: a route (HTTP mode) or a socket (Socket Mode),
+the progress poster, and a reporter that feeds the engine's lines to the threads."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from bot.runtime.serving import Response, Route
+from bot.runtime.tasks import Task
+from bot.service import Service
+from bot.surfaces.slack import secrets as slack_secrets
+from bot.surfaces.slack.app import Listeners, build_app
+from bot.surfaces.slack.identity import Identities
+from bot.surfaces.slack.poster import Poster
+from bot.surfaces.slack.secrets import SlackSecrets, SlackSetupError
+
+log = logging.getLogger(__name__)
+SLACK_API = "https://slack.com/api/"
+WORK_THREADS = 8
+
+
+def web_client(secrets: SlackSecrets) -> Any:
+    from slack_sdk import WebClient
+    from slack_sdk.http_retry.builtin_handlers import (
+        ConnectionErrorRetryHandler,
+        RateLimitErrorRetryHandler,
+    )
+
+    base = secrets.api_url or SLACK_API
+    return WebClient(token=secrets.bot_token, base_url=base if base.endswith("/") else base + "/",
+                     timeout=15, retry_handlers=[ConnectionErrorRetryHandler(max_retry_count=2),
+                                                 RateLimitErrorRetryHandler(max_retry_count=5)])
+
+
+class SlackSurface:
+    def __init__(self, bot: Service, secrets: SlackSecrets) -> None:
+        assert bot.config.slack is not None
+        self.secrets = secrets
+        self.client = web_client(secrets)
+        self.poster = Poster(bot, self.client, bot.config.slack.channel,
+                             bot.config.slack.poll_seconds)
+        self.identities = Identities(bot.config, self.client)
+        self.work = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="slack-work")
+        listeners = Listeners(bot, self.client, self.identities, self.work, self.poster.nudge)
+        try:
+            self.app = build_app(bot, secrets, self.client, listeners)  # calls auth.test
+        except Exception as exc:
+            raise SlackSetupError(f"Slack did not accept the bot token at "
+                                  f"{secrets.api_url or SLACK_API}: {_reason(exc)}") from exc
+        self.identities.refresh_if_due()
+
+    @property
+    def mode(self) -> str:
+        return self.secrets.mode
+
+    def routes(self) -> Mapping[str, Route]:
+        return {"/slack/events": self._http} if self.mode == "http" else {}
+
+    def tasks(self) -> list[Task]:
+        tasks = [Task("slack-progress", self.poster.run, leader_only=True)]
+        if self.mode == "socket":
+            tasks.append(Task("slack-socket", self._socket, leader_only=False))
+        return tasks
+
+    def report(self, execution_id: int, line: str) -> None:
+        self.poster.report(execution_id, line)
+
+    def _http(self, headers: Mapping[str, str], body: bytes) -> Response:
+        from slack_bolt import BoltRequest
+
+        answer = self.app.dispatch(BoltRequest(body=body.decode("utf-8", "replace"),
+                                               headers=dict(headers)))
+        content_type = (answer.headers.get("content-type") or ["text/plain"])[0]
+        return Response(answer.status, (answer.body or "").encode(), content_type)
+
+    def _socket(self, stop: threading.Event) -> None:
+        from slack_bolt.adapter.socket_mode import SocketModeHandler
+
+        # a larger receive buffer: the built-in client fails on messages over ~1 MB with
+        # its default of 1 KiB (RecursionError)
+        handler = SocketModeHandler(self.app, app_token=self.secrets.app_token,
+                                    web_client=self.client, receive_buffer_size=65536)
+        handler.connect()  # type: ignore[no-untyped-call]
+        log.info("Slack Socket Mode connected")
+        try:
+            stop.wait()
+        finally:
+            handler.close()  # type: ignore[no-untyped-call]
+
+
+def from_environment(bot: Service) -> SlackSurface | None:
+    """The Slack surface when its secrets are set (None when Slack is not set up)."""
+    secrets = slack_secrets.load(bot.config.slack)
+    return None if secrets is None else SlackSurface(bot, secrets)
+
+
+def _reason(exc: Exception) -> str:
+    response = getattr(exc, "response", None)
+    if response is not None and hasattr(response, "get"):
+        return str(response.get("error") or exc)
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,473 @@
+"""Maintenance windows over in-memory Slurm, Kubernetes and Alertmanager (the real actions):
+opening reserves, cordons (only what was not cordoned), silences and notifies; the runbooks
+inside run one after the other with the approvals collected ahead; closing reverses each and
+reports what ran; a changed plan waits for approval; ``windows: required`` asks one more
+approval outside a window; bad input is refused with nothing stored. With a controllable
+clock, the scheduler opens a window at its start, closes it at its end, and reports a start
+found past the misfire grace as missed. A window holds its nodes' locks from opening to
+closing: its own runs take them, anybody else is refused with the window named."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import time_machine
+from sqlalchemy import func, select
+
+from bot.execution import locking
+from bot.execution.engine import Engine
+from bot.runbooks.catalogue import Catalogue
+from bot.schedule import windows
+from bot.schedule.scheduler import Scheduler
+from bot.store import audit
+from bot.store.schema import locks as locks_table
+from bot.store.schema import maintenance_windows
+from kit.errors import Refused
+from tests.bot import fakes
+from tests.bot.execution.test_engine import record, runbook
+from tests.bot.schedule.windowfakes import Systems
+
+RUNBOOKS = Path(__file__).resolve().parents[3] / "runbooks"
+T0 = datetime(2026, 3, 2, 1, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> None:
+    fakes.reset()
+
+
+@pytest.fixture
+def systems() -> Systems:
+    return Systems(["gpu01", "gpu02", "gpu03", "gpu04"], ["gpu04"])
+
+
+def strict(**extra: Any) -> dict[str, Any]:
+    """A medium-risk runbook that requires a maintenance window."""
+    return runbook([record("a", "{{ node }}")], risk="medium", name="strict",
+                   windows="required", **extra)
+
+
+def window_bot(make_bot: Any, systems: Systems, url: str | None = None) -> Any:
+    made = make_bot({
+        "open-window": (RUNBOOKS / "open-window.yaml").read_text(),
+        "close-window": (RUNBOOKS / "close-window.yaml").read_text(),
+        "demo": runbook([record("a", "{{ node }}")]),
+        "strict": strict(),
+        "flaky": runbook([{"id": "a", "action": "test.flaky", "with": {"key": "{{ node }}"}}],
+                         name="flaky"),
+        # a drain that declares no lock: planning locks its node all the same
+        "drain": runbook([record("a", "{{ node }}")], name="drain", locks=[]),
+        # runs until the test opens its gate
+        "gated": runbook([{"id": "a", "action": "test.gate", "with": {"key": "{{ node }}"}}],
+                         name="gated", locks=[]),
+    }, url=url)
+    made.catalogue = Catalogue([*made.catalogue._actions.values(), *systems.actions()])
+    return made
+
+
+@pytest.fixture
+def bot(make_bot: Any, systems: Systems) -> Any:
+    return window_bot(make_bot, systems)
+
+
+@pytest.fixture
+def any_bot(make_bot: Any, systems: Systems, db_url: str) -> Any:
+    """The same bot on each database the store supports."""
+    return window_bot(make_bot, systems, db_url)
+
+
+def drive(bot: Any) -> None:
+    """Advance windows and run what is runnable until nothing moves."""
+    engine = Engine(bot, sleep=lambda s: None)
+    try:
+        for _ in range(20):
+            notes = windows.advance(bot)
+            engine.run_pending(once=True)
+            if not notes and not windows.advance(bot):
+                return
+    finally:
+        engine.close()
+
+
+def kinds(bot: Any) -> list[str]:
+    with bot.db.connect() as conn:
+        return [e["kind"] for e in audit.events(conn)]
+
+
+def stored(bot: Any) -> int:
+    with bot.db.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(maintenance_windows))
+                   .scalar_one())
+
+
+def create(bot: Any, runbooks: str = "", user: str = "alice", start: str = "2030-01-01 02:00",
+           nodes: str = "gpu[03-04]") -> windows.Window:
+    return windows.create(bot, nodes, user, start=start, duration="2h", runbooks=runbooks,
+                          reason="firmware update")
+
+
+def test_a_window_opens_runs_its_runbooks_and_closes(bot: Any, systems: Systems) -> None:
+    window = create(bot, runbooks="demo node=gpu03; strict node=gpu04")
+    assert window.state == windows.SCHEDULED
+    assert [p["runbook"] for p in window.plans] == ["open-window", "demo", "strict"]
+    windows.approve(bot, window.id, "carol")
+    assert windows.fire_open(bot, window.id) == "opening"
+    drive(bot)
+    window = windows.get(bot, window.id)
+    assert window.state == windows.OPEN
+    assert set(systems.slurm.reserved) == {f"window-{window.id}"}
+    assert systems.slurm.reserved[f"window-{window.id}"].nodes == ["gpu03", "gpu04"]
+    assert systems.cordoned() == {"gpu04": f"window-{window.id}"}
+    assert systems.alertmanager.active() == ['node=~"gpu03|gpu04"']
+    assert fakes.JOURNAL == [("test.record", "gpu03"), ("test.record", "gpu04")]
+    assert [run["state"] for run in window.runs] == ["succeeded", "succeeded"]
+    strict_run = bot.get(window.runs[1]["execution_id"])
+    assert strict_run.approvals_required == 1  # inside the window: no extra approval
+    assert bot.approvals(strict_run.id) == ["carol"]
+    assert windows.fire_close(bot, window.id) == "closing"
+    drive(bot)
+    window = windows.get(bot, window.id)
+    assert window.state == windows.CLOSED
+    assert systems.slurm.reserved == {}
+    assert systems.cordoned() == {}
+    assert systems.alertmanager.active() == []
+    assert window.report is not None
+    assert "demo node=gpu03 (execution" in window.report and "succeeded" in window.report
+    close = bot.get(window.close_execution_id)
+    assert close.state == "succeeded" and close.runbook == "close-window"
+    for kind in ("window_created", "window_approved", "window_opening", "window_opened",
+                 "window_closing", "window_closed"):
+        assert kind in kinds(bot)
+    assert audit.verify(bot.db).ok
+
+
+def test_a_node_cordoned_before_the_window_stays_cordoned(bot: Any, systems: Systems) -> None:
+    systems.kubernetes.patch_node("gpu04", {"spec": {"unschedulable": True}})
+    window = create(bot)
+    windows.approve(bot, window.id, "carol")
+    windows.open_now(bot, window.id, "alice")
+    drive(bot)
+    assert windows.get(bot, window.id).state == windows.OPEN
+    assert systems.cordoned() == {"gpu04": None}  # not marked as the window's
+    windows.cancel(bot, window.id, "alice")  # an open window closes now
+    drive(bot)
+    assert windows.get(bot, window.id).state == windows.CLOSED
+    assert systems.cordoned() == {"gpu04": None}  # still the other person's cordon
+
+
+def test_without_approvals_ahead_opening_waits_for_approval(bot: Any,
+                                                            systems: Systems) -> None:
+    window = create(bot)
+    windows.fire_open(bot, window.id)
+    drive(bot)
+    window = windows.get(bot, window.id)
+    assert window.state == windows.OPENING
+    assert bot.get(window.open_execution_id).state == "awaiting_approval"
+    assert systems.slurm.reserved == {}
+    bot.approve(window.open_execution_id, "dave")
+    drive(bot)
+    assert windows.get(bot, window.id).state == windows.OPEN
+
+
+def test_a_changed_plan_does_not_open_unattended(bot: Any, systems: Systems) -> None:
+    window = create(bot, runbooks="demo node=gpu03")
+    windows.approve(bot, window.id, "carol")
+    bot.inventory = replace(bot.inventory, kubernetes=frozenset())  # gpu04 left Kubernetes
+    windows.fire_open(bot, window.id)
+    drive(bot)
+    window = windows.get(bot, window.id)
+    assert window.state == windows.OPENING
+    opening = bot.get(window.open_execution_id)
+    assert opening.state == "awaiting_approval"
+    assert bot.approvals(opening.id) == []
+    assert "preapproval_voided" in kinds(bot)
+    assert systems.slurm.reserved == {} and fakes.JOURNAL == []
+
+
+def test_the_approver_rules_apply_to_approvals_ahead(bot: Any) -> None:
+    window = create(bot, user="carol")
+    with pytest.raises(Refused, match="carol created the window and may not approve"):
+        windows.approve(bot, window.id, "carol")
+    with pytest.raises(Refused, match="bob may not approve open-window"):
+        windows.approve(bot, window.id, "bob")
+    windows.approve(bot, window.id, "dave")
+    with pytest.raises(Refused, match="already approved"):
+        windows.approve(bot, window.id, "dave")
+
+
+def test_windows_required_costs_one_approval_outside_a_window(bot: Any,
+                                                              systems: Systems) -> None:
+    outside = bot.plan("strict", {"node": "gpu04"})
+    assert outside.outside_window and outside.approval.required == 2
+    assert bot.plan("demo", {"node": "gpu04"}).approval.required == 0  # not required there
+    window = create(bot)
+    windows.approve(bot, window.id, "carol")
+    windows.open_now(bot, window.id, "alice")
+    drive(bot)
+    inside = bot.plan("strict", {"node": "gpu04"})
+    assert not inside.outside_window and inside.approval.required == 1
+    assert bot.plan("strict", {"node": "gpu01"}).outside_window  # not a node of the window
+    execution_id = bot.request("strict", {"node": "gpu01"}, "alice")
+    assert bot.get(execution_id).approvals_required == 2
+    assert bot.approve(execution_id, "carol").state == "awaiting_approval"
+    assert bot.approve(execution_id, "dave").state == "approved"
+    windows.cancel(bot, window.id, "alice")
+    drive(bot)
+    assert bot.plan("strict", {"node": "gpu04"}).outside_window
+
+
+def test_a_plain_plan_keeps_its_hash(bot: Any) -> None:
+    """outside_window is left out of a plan's hash unless set: other plans do not change."""
+    plan = bot.plan("demo", {"node": "gpu01"})
+    assert "outside_window" not in plan.body()
+
+
+@pytest.mark.parametrize("nodes, start, duration, runbooks, message", [
+    ("gpu[03-09]", "2030-01-01 02:00", "2h", "", "not known node"),
+    ("gpu[03", "2030-01-01 02:00", "2h", "", "nodes"),
+    ("gpu03", "2020-01-01 02:00", "2h", "", "is in the past"),
+    ("gpu03", "tomorrow", "2h", "", 'start="tomorrow" is not a time'),
+    ("gpu03", "2030-01-01 02:00", "30d", "", "outside 1m..14d"),
+    ("gpu03", "2030-01-01 02:00", "soon", "", "is not a duration"),
+    ("gpu03", "2030-01-01 02:00", "2h", "demo node=gpu01", "outside the window's nodes"),
+    ("gpu03", "2030-01-01 02:00", "2h", "dmeo node=gpu03", 'did you mean "demo"'),
+    ("gpu03", "2030-01-01 02:00", "2h", "demo node=gpu03 x=1", 'unknown parameter "x"'),
+    ("gpu03", "2030-01-01 02:00", "2h", "open-window window=1", "what the window itself runs"),
+])
+def test_bad_input_is_refused_and_nothing_is_stored(bot: Any, nodes: str, start: str,
+                                                    duration: str, runbooks: str,
+                                                    message: str) -> None:
+    with pytest.raises(Refused, match=message):
+        windows.create(bot, nodes, "alice", start=start, duration=duration, runbooks=runbooks)
+    assert stored(bot) == 0
+    assert "window_refused" in kinds(bot)
+
+
+def test_a_bad_reason_is_refused_by_the_open_plan_and_nothing_is_stored(bot: Any) -> None:
+    with pytest.raises(Refused, match="reason"):
+        windows.create(bot, "gpu03", "alice", start="2030-01-01 02:00", duration="2h",
+                       reason="x; rm -rf /")
+    assert stored(bot) == 0
+
+
+def test_cancel_before_it_opens(bot: Any, systems: Systems) -> None:
+    window = create(bot)
+    with pytest.raises(Refused, match="bob may not cancel window"):
+        windows.cancel(bot, window.id, "bob")
+    assert windows.cancel(bot, window.id, "alice").state == windows.CANCELLED
+    assert windows.fire_open(bot, window.id).startswith("skipped")
+    assert systems.slurm.reserved == {}
+
+
+def test_a_failed_inside_run_stops_the_rest(bot: Any, systems: Systems) -> None:
+    fakes.FAILURES["gpu03"] = 5
+    window = create(bot, runbooks="flaky node=gpu03; demo node=gpu04")
+    windows.approve(bot, window.id, "carol")
+    windows.open_now(bot, window.id, "alice")
+    drive(bot)
+    window = windows.get(bot, window.id)
+    assert [run["state"] for run in window.runs] == ["failed",
+                                                     "not run: flaky failed before it"]
+    assert ("test.record", "gpu04") not in fakes.JOURNAL
+    windows.fire_close(bot, window.id)
+    drive(bot)
+    window = windows.get(bot, window.id)
+    assert window.state == windows.CLOSED
+    assert window.report is not None and "not run: flaky failed before it" in window.report
+
+
+# --- with the scheduler and a controllable clock ---------------------------------------------
+
+
+@pytest.fixture
+def clock() -> Iterator[time_machine.Coordinates]:
+    with time_machine.travel(T0, tick=False) as traveller:
+        yield traveller
+
+
+def test_the_scheduler_opens_and_closes_a_window(bot: Any, systems: Systems,
+                                                 clock: Any) -> None:
+    window = create(bot, start="2026-03-02 02:00", runbooks="demo node=gpu03")
+    windows.approve(bot, window.id, "carol")
+    runner = Scheduler(bot)
+    runner.start()
+    try:
+        runner.settle()
+        assert runner.jobs() == {f"window:{window.id}:open": T0 + timedelta(hours=1),
+                                 f"window:{window.id}:close": T0 + timedelta(hours=3)}
+        clock.move_to(T0 + timedelta(hours=1, seconds=1))
+        runner.settle()
+        drive(bot)
+        assert windows.get(bot, window.id).state == windows.OPEN
+        runner.tick()  # an open window no longer has an open job
+        assert list(runner.jobs()) == [f"window:{window.id}:close"]
+        assert systems.cordoned() == {"gpu04": f"window-{window.id}"}
+        clock.move_to(T0 + timedelta(hours=3, seconds=1))
+        runner.settle()
+        drive(bot)
+        assert windows.get(bot, window.id).state == windows.CLOSED
+        runner.tick()
+        assert runner.jobs() == {}
+    finally:
+        runner.stop()
+    assert systems.slurm.reserved == {} and systems.cordoned() == {}
+    assert fakes.JOURNAL == [("test.record", "gpu03")]
+
+
+def test_a_start_found_past_the_grace_is_missed(bot: Any, systems: Systems,
+                                                clock: Any) -> None:
+    window = create(bot, start="2026-03-02 02:00")
+    windows.approve(bot, window.id, "carol")
+    clock.move_to(T0 + timedelta(hours=1, minutes=20))  # the bot was down at 02:00
+    runner = Scheduler(bot)
+    runner.start()
+    try:
+        runner.settle()
+        assert windows.get(bot, window.id).state == windows.MISSED
+        runner.tick()  # a missed window has nothing left to fire
+        assert list(runner.jobs()) == []
+    finally:
+        runner.stop()
+    assert systems.slurm.reserved == {}
+    assert "window_missed" in kinds(bot)
+
+
+def test_an_end_is_dealt_with_however_late(bot: Any, systems: Systems, clock: Any) -> None:
+    window = create(bot, start="2026-03-02 02:00")
+    windows.approve(bot, window.id, "carol")
+    clock.move_to(T0 + timedelta(hours=1, minutes=1))
+    runner = Scheduler(bot)
+    runner.start()
+    try:
+        runner.settle()
+        drive(bot)
+        assert windows.get(bot, window.id).state == windows.OPEN
+    finally:
+        runner.stop()
+    clock.move_to(T0 + timedelta(hours=9))  # down over the end, for hours
+    runner = Scheduler(bot)
+    runner.start()
+    try:
+        runner.settle()
+        drive(bot)
+    finally:
+        runner.stop()
+    assert windows.get(bot, window.id).state == windows.CLOSED
+    assert systems.cordoned() == {}
+
+
+# --- a window holds its nodes -----------------------------------------------------------------
+
+
+def held_locks(bot: Any) -> dict[str, int]:
+    with bot.db.connect() as conn:
+        return {row.name: row.execution_id for row in conn.execute(select(locks_table))}
+
+
+def test_an_open_window_refuses_others_on_its_nodes_while_its_own_run_goes_on(
+        any_bot: Any, systems: Systems) -> None:
+    bot = any_bot
+    window = create(bot, nodes="gpu03", runbooks="gated node=gpu03")
+    windows.approve(bot, window.id, "carol")
+    windows.open_now(bot, window.id, "alice")
+    started = fakes.STARTED.setdefault("gpu03", threading.Event())
+    driver = threading.Thread(target=drive, args=(bot,), daemon=True)
+    driver.start()
+    try:
+        assert started.wait(20), "the window's own run on gpu03 did not start"
+        window = windows.get(bot, window.id)
+        assert window.state == windows.OPEN
+        inner = window.runs[0]["execution_id"]
+        assert bot.get(inner).state == "running"
+        assert held_locks(bot) == {"node:gpu03": inner}  # lent to the window's run
+        for user in ("bob", "alice"):  # anybody else, its creator asking by hand too
+            with pytest.raises(Refused, match=rf"node:gpu03 is held by maintenance window "
+                                              rf"{window.id} \(open on gpu03 until .*created "
+                                              rf"by alice\); lent now to its run, execution "
+                                              rf"{inner} \(gated\)"):
+                bot.request("drain", {"node": "gpu03"}, user)
+        other = bot.request("drain", {"node": "gpu01"}, "bob")  # not the window's node
+    finally:
+        fakes.GATES.setdefault("gpu03", threading.Event()).set()
+        driver.join(30)
+    assert not driver.is_alive()
+    window = windows.get(bot, window.id)
+    assert [run["state"] for run in window.runs] == ["succeeded"]
+    # the run ended: the lock went back to the window, which still refuses others
+    assert held_locks(bot)["node:gpu03"] == window.open_execution_id
+    assert bot.get(other).terminal  # the engine ran it too, beside the window
+    with pytest.raises(Refused, match=rf"node:gpu03 is held by maintenance window {window.id} "
+                                      r"\(open on gpu03"):
+        bot.request("drain", {"node": "gpu03"}, "bob")
+    windows.fire_close(bot, window.id)
+    drive(bot)
+    window = windows.get(bot, window.id)
+    assert window.state == windows.CLOSED
+    assert bot.get(window.close_execution_id).state == "succeeded"  # it took them too
+    assert "node:gpu03" not in held_locks(bot)  # closed: gone
+    bot.request("drain", {"node": "gpu03"}, "bob")
+    for kind in ("locks_lent", "locks_returned", "locks_released"):
+        assert kind in kinds(bot)
+    assert audit.verify(bot.db).ok
+
+
+def test_the_window_holds_its_nodes_from_its_open_request(any_bot: Any) -> None:
+    bot = any_bot
+    window = create(bot)  # gpu[03-04], no approvals ahead: the opening waits for one
+    windows.fire_open(bot, window.id)
+    window = windows.get(bot, window.id)
+    opening = window.open_execution_id
+    assert bot.get(opening).plan.locks == ["node:gpu03", "node:gpu04", f"window:{window.id}"]
+    assert held_locks(bot) == {"node:gpu03": opening, "node:gpu04": opening,
+                               f"window:{window.id}": opening}
+    with pytest.raises(Refused, match=rf"node:gpu04 is held by maintenance window "
+                                      rf"{window.id} \(opening on gpu\[03-04\]"):
+        bot.request("drain", {"node": "gpu04"}, "bob")
+    second = create(bot, nodes="gpu[02-03]")  # overlapping windows: the second cannot open
+    assert windows.fire_open(bot, second.id).startswith(
+        f"refused: node:gpu03 is held by maintenance window {window.id}")
+    assert windows.get(bot, second.id).state == windows.FAILED
+    assert "node:gpu02" not in held_locks(bot)
+    bot.approve(opening, "dave")
+    drive(bot)
+    assert windows.get(bot, window.id).state == windows.OPEN
+    # open-window ended: its window:ID lock went, the node locks stay the window's
+    assert held_locks(bot) == {"node:gpu03": opening, "node:gpu04": opening}
+    windows.cancel(bot, window.id, "alice")
+    drive(bot)
+    assert windows.get(bot, window.id).state == windows.CLOSED
+    assert held_locks(bot) == {}
+
+
+def test_a_window_that_does_not_open_lets_its_nodes_go(any_bot: Any) -> None:
+    bot = any_bot
+    window = create(bot)
+    windows.fire_open(bot, window.id)
+    opening = windows.get(bot, window.id).open_execution_id
+    bot.deny(opening, "dave", "not tonight")
+    drive(bot)
+    assert windows.get(bot, window.id).state == windows.FAILED
+    assert held_locks(bot) == {}
+    bot.request("drain", {"node": "gpu03"}, "bob")
+
+
+def test_a_window_does_not_open_over_a_node_somebody_holds(any_bot: Any) -> None:
+    bot = any_bot
+    holder = bot.request("drain", {"node": "gpu04"}, "bob")
+    window = create(bot)
+    windows.approve(bot, window.id, "carol")
+    assert windows.fire_open(bot, window.id).startswith(
+        f"refused: node:gpu04 is held by execution {holder} (drain, requested by bob)")
+    window = windows.get(bot, window.id)
+    assert window.state == windows.FAILED and "node:gpu04 is held" in (window.report or "")
+    assert held_locks(bot) == {"node:gpu04": holder}
+
+
+def test_lock_module_knows_the_states_in_which_a_window_holds_its_nodes() -> None:
+    assert set(locking.WINDOW_HOLDS) == {windows.OPENING, windows.OPEN, windows.CLOSING}

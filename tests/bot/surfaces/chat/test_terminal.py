@@ -1,0 +1,83 @@
+"""The chat grammar and the terminal chat in script mode: answers for every command, a
+request approved by a second person (/as in lab configs), helpful errors for anything else."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.surfaces.chat import commands
+from bot.surfaces.chat.terminal import run_chat
+from tests.bot import fakes
+from tests.bot.execution.test_engine import record, runbook
+
+
+@pytest.fixture
+def bot(make_bot: Any) -> Any:
+    fakes.reset()
+    return make_bot({"demo": runbook([record("a", "{{ node }}")], risk="medium")})
+
+
+def chat(bot: Any, script: str, user: str = "alice") -> tuple[int, str]:
+    out = io.StringIO()
+    code = run_chat(bot, user, lines=script.splitlines(), out=out)
+    return code, out.getvalue()
+
+
+def test_request_then_approval_by_another_person(bot: Any) -> None:
+    code, text = chat(bot, """
+        run demo node=gpu02
+        /as bob
+        approve 1
+        /as carol
+        approve 1
+    """)
+    assert "execution 1: demo 1.0.0 requested by alice; waiting for approval" in text
+    assert "bob may not approve demo" in text
+    assert "execution 1: approved by carol (1/1); now approved" in text
+    assert "[1] succeeded" in text  # the chat's own engine ran it before leaving
+    assert code == 1  # one answer was a refusal
+    assert fakes.JOURNAL == [("test.record", "gpu02")]
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("aprove 1", 'Did you mean "approve"?'),
+    ("run dmeo node=gpu01", 'did you mean "demo"?'),
+    ("run demo node=gpu01;reboot", "is not a node name"),
+    ('run demo node="gpu01', "check the quotes"),
+    ("approve x", "usage: approve ID"),
+    ("status 99", "there is no execution 99"),
+    ("node gpu9", "did you mean"),
+    ("", "runbook commands:"),
+])
+def test_helpful_answers(bot: Any, line: str, expected: str) -> None:
+    assert expected in commands.handle(bot, line, "alice").text
+
+
+def test_plan_and_describe_and_history(bot: Any) -> None:
+    assert "plan hash:" in commands.handle(bot, 'plan demo node=gpu03', "alice").text
+    assert "demo 1.0.0 (risk medium)" in commands.handle(bot, "describe demo", "alice").text
+    commands.handle(bot, "run demo node=gpu03", "alice")
+    assert "demo awaiting_approval" in commands.handle(bot, "history node=gpu03", "bob").text
+
+
+def test_as_refused_without_lab(make_bot: Any) -> None:
+    fakes.reset()
+    bot = make_bot({"demo": runbook([record("a", "a")])}, lab=False)
+    _, text = chat(bot, "/as carol\n")
+    assert "only available when the configuration says lab: true" in text
+
+
+def test_runbook_chat_script_mode(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNBOOK_")}
+    env["XDG_STATE_HOME"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "bot", "chat"], input="run selftest\n",
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "queued: it runs now" in done.stdout and "[1] succeeded" in done.stdout
