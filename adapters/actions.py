@@ -1,51 +1,23 @@
-"""The contract between the engine and every action an adapter provides.
+"""The contract between the engine and every action an adapter provides (``Action``, its
+context and result) and the base classes adapters build their actions on.
 
-An action is a small object registered under a dotted name (``slurm.drain``,
-``host.run``). The engine knows nothing about Slurm or Kubernetes: it validates a
-step's ``with:`` mapping against the action's ``Arguments`` model, asks the action
-to ``plan()`` (the concrete operations an on-call engineer will recognise, e.g.
-``scontrol update NodeName=gpu07 State=DRAIN Reason="XID 79"``) and later to
-``run()``.
-
-Actions must be idempotent: ``run()`` reads the current state first, so running a
-step twice (after a crash between "started" and "finished") equals running it once.
-
-This module lives in ``adapters`` because adapters implement it and must never
-import ``bot``; the engine imports it from here.
+It lives in ``adapters`` because adapters implement it and must never import ``bot``.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Protocol
+from typing import Annotated, Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*([smhd]))+\s*$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
+from kit.durations import parse_duration
 
-
-def _seconds(value: Any) -> Any:
-    """Seconds as a number, or written like 90s, 30m, 2h, 1h30m, 1d."""
-    if isinstance(value, str):
-        stripped = value.strip()
-        try:
-            return float(stripped)
-        except ValueError:
-            pass
-        if not _DURATION.match(stripped):
-            raise ValueError(f"{value!r} is not a duration: give seconds or e.g. 90s, 30m, 2h")
-        return sum(float(n) * _UNITS[u] for n, u in _DURATION_PART.findall(stripped))
-    return value
-
-
-# A duration argument: seconds, or text like "90s", "30m", "2h", "1h30m".
-Seconds = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
+# A duration argument, in kit.durations' grammar: seconds, or text like "90s", "30m", "1h30m".
+Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 
 
 class ActionError(Exception):
@@ -128,9 +100,6 @@ class ActionContext:
         if time.monotonic() >= self.deadline:
             raise ActionTimeout(f"{self.step_id}: timed out while {what}")
 
-    # the older name: every caller gets the stop check too
-    check_deadline = checkpoint
-
     def pause(self, seconds: float) -> float:
         """How long to sleep before the next poll: ``seconds``, capped at MAX_PAUSE and at
         the deadline (never negative)."""
@@ -138,7 +107,15 @@ class ActionContext:
 
 
 class Action(Protocol):
-    """One operation of an external system, as the engine sees it."""
+    """One operation of an external system, as the engine sees it.
+
+    An action is registered under a dotted name (``slurm.drain``, ``host.run``). The engine
+    knows nothing about Slurm or Kubernetes: it validates a step's ``with:`` mapping against
+    ``Arguments``, asks ``plan()`` for the concrete operations an on-call engineer will
+    recognise (``scontrol update NodeName=gpu07 State=DRAIN Reason="XID 79"``), and later
+    calls ``run()``. ``run()`` reads the current state first, so running a step twice (after
+    a crash between "started" and "finished") equals running it once.
+    """
 
     name: ClassVar[str]
     Arguments: ClassVar[type[StrictArguments]]
@@ -154,11 +131,22 @@ class Action(Protocol):
         ...
 
 
-class ActionBase:
-    """Base of an adapter's action classes: the two methods every action has."""
+BackendT = TypeVar("BackendT")
+ConfigT = TypeVar("ConfigT")
+
+
+class ActionBase(Generic[BackendT, ConfigT]):
+    """Base of an adapter's action classes: one backend, one configuration, and the sleep
+    its waits poll with (tests pass one that does not sleep)."""
 
     name: ClassVar[str]
     Arguments: ClassVar[type[StrictArguments]]
+
+    def __init__(self, backend: BackendT, config: ConfigT,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.backend = backend
+        self.config = config
+        self._sleep = sleep
 
     def plan(self, args: Any) -> list[str]:
         raise NotImplementedError
@@ -167,18 +155,28 @@ class ActionBase:
         raise NotImplementedError
 
 
-class ActionSet:
-    """The actions of one adapter over one backend and configuration.
+class ActionSet(Generic[BackendT, ConfigT]):
+    """Every action of one adapter over one backend: an adapter declares its set once,
 
-    Subclasses name their ``action_classes`` and set ``backend``, ``config`` and
-    ``_sleep`` (what their actions poll with); each class is built as
-    ``cls(backend, config, sleep)``.
+        class SlurmActions(ActionSet[SlurmBackend, SlurmConfig]):
+            action_classes = ACTION_CLASSES
+            default_config = SlurmConfig  # optional: SlurmActions(backend) then works
+
+    and the engine takes ``SlurmActions(backend, config).all()``.
     """
 
-    action_classes: ClassVar[tuple[Any, ...]]
-    backend: Any
-    config: Any
-    _sleep: Callable[[float], None]
+    action_classes: ClassVar[tuple[type[ActionBase[Any, Any]], ...]]
+    default_config: ClassVar[type[Any] | None] = None
+
+    def __init__(self, backend: BackendT, config: ConfigT | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if config is None:
+            if self.default_config is None:
+                raise TypeError(f"{type(self).__name__} needs a configuration")
+            config = self.default_config()
+        self.backend = backend
+        self.config: ConfigT = config
+        self._sleep = sleep
 
     def all(self) -> list[Action]:
         return [cls(self.backend, self.config, self._sleep) for cls in self.action_classes]
@@ -186,3 +184,20 @@ class ActionSet:
     def by_name(self) -> dict[str, Action]:
         return {action.name: action for action in self.all()}
 
+
+class ConnectingActionSet(ActionSet[BackendT, ConfigT]):
+    """An ActionSet that builds its own backend from the configuration unless handed one:
+
+        class PrometheusActions(ConnectingActionSet[PrometheusBackend, PrometheusConfig]):
+            action_classes = ACTION_CLASSES
+            backend_class = PrometheusApiBackend
+
+    and ``PrometheusActions(config).all()`` (tests: ``PrometheusActions(config, fake)``).
+    """
+
+    backend_class: ClassVar[type[Any]]
+
+    def __init__(self, config: ConfigT, backend: BackendT | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        super().__init__(backend if backend is not None else self.backend_class(config),
+                         config, sleep)

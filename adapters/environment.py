@@ -1,22 +1,7 @@
 """The environment of every program the bot starts: an allow-list, never the bot's own.
 
-The bot's environment holds its secrets (Slack tokens, the database URL, PGPASSWORD,
-cloud keys). Host commands, Slurm's clients, srun (and through it the job step on a
-compute node), the MariaDB tools and etcdctl get only:
-
-- the variables a command-line client needs to find its programs, its locale, its home
-  and its configuration (``KEPT`` and ``LC_*``): PATH, HOME, USER, LOGNAME, LANG,
-  LANGUAGE, TZ, TMPDIR, SSL_CERT_FILE/SSL_CERT_DIR (TLS trust, e.g. etcdctl's), and
-  SLURM_CONF (every Slurm client reads it);
-- what the adapter sets itself (``SLURM_CONF`` from ``slurm.slurm_conf``, ``ETCDCTL_API``);
-- what the command's configuration gives in ``env:`` (``ENV_NAME`` names, string values).
-
-Munge needs no variable: Slurm's clients find munged's socket in slurm.conf
-(``AuthInfo=socket=...``) or at its default path. ``SLURM_JWT`` is not kept: it is a
-credential, and it would switch the clients from munge to JWT.
-
-srun passes on to the job step only the names in its ``--export=`` list (plus Slurm's
-own ``SLURM_*``): ``NODE_EXPORT`` and the command's ``env:`` names.
+The bot's environment holds its secrets (Slack tokens, the database URL, PGPASSWORD, cloud
+keys); no program it starts, and no job step srun starts on a node, may see them.
 """
 
 from __future__ import annotations
@@ -28,6 +13,10 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
+# What a command-line client needs to find its programs, locale, home and configuration
+# (TLS trust for etcdctl, SLURM_CONF for every Slurm client). Munge needs no variable:
+# slurm.conf names munged's socket. SLURM_JWT stays out: it is a credential, and it would
+# switch the Slurm clients from munge to JWT.
 KEPT = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
     "SSL_CERT_FILE", "SSL_CERT_DIR", "SLURM_CONF",
@@ -56,7 +45,8 @@ def child_environment(
 
 
 def node_export(names: Iterable[str] = ()) -> str:
-    """srun's ``--export=`` value: ``NODE_EXPORT`` and then the command's own names."""
+    """srun's ``--export=`` value: ``NODE_EXPORT`` and then the command's own names (srun
+    passes on to the job step only these, plus Slurm's own ``SLURM_*``)."""
     extra = sorted(set(names) - set(NODE_EXPORT))
     return ",".join([*NODE_EXPORT, *extra])
 

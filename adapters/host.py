@@ -1,12 +1,7 @@
 """``host.run``: run an allow-listed command on the bot's host, as an argument list.
 
-Only commands named in the configuration can run, and a runbook names them by
-their configured name (``command: dcgm-diag``), never by a path. Arguments
-reach ``subprocess`` as a list: no shell is ever involved, so a parameter like
-``$(id)`` is just a string. Extra arguments are refused unless the configured
-command says ``accepts_args: true``. The command gets a clean environment (see
-``adapters.environment``): none of the bot's secrets, only the allow-listed variables
-and what its ``env:`` sets.
+Only commands the configuration names can run, never a path from a runbook and never
+through a shell (a parameter like ``$(id)`` stays a string), in a clean environment.
 """
 
 from __future__ import annotations
@@ -59,6 +54,9 @@ class HostRunArguments(StrictArguments):
 
 
 class HostRunAction:
+    """A configured command by its name (``command: dcgm-diag``); extra arguments only when
+    it says ``accepts_args: true``. It gets the allow-listed variables and its ``env:``."""
+
     name: ClassVar[str] = "host.run"
     # not safe to run twice blindly: after a crash in this step a person decides
     idempotent: ClassVar[bool] = False

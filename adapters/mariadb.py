@@ -1,11 +1,7 @@
-"""``mariadb.dump`` and ``mariadb.restore``: logical backups with the MariaDB client tools.
+"""``mariadb.dump`` and ``mariadb.restore``: logical backups with the MariaDB client tools
+(used by restore-slurmdbd), run as argument lists in a clean environment.
 
-Used by restore-slurmdbd. The tools get argument lists; the dump is written to
-(and the restore read from) a file opened here, never through a shell
-redirection. The tools get a clean environment (``adapters.environment``). A password
-(from the variable ``password_env`` names) never goes in argv nor in the child's
-environment (no ``MYSQL_PWD``): it is written to an option file, mode 0600 in a private
-temporary folder removed when the tool ends, and passed with ``--defaults-extra-file``.
+The password never goes in argv nor in the child's environment (no ``MYSQL_PWD``).
 """
 
 from __future__ import annotations
@@ -14,13 +10,15 @@ import os
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
 from adapters.environment import child_environment
+from adapters.registry import Adapter, Built
 
 
 class MariaDBConfig(BaseModel):
@@ -71,6 +69,9 @@ class RestoreArguments(StrictArguments):
 
 def _run(argv: list[str], config: MariaDBConfig, timeout: float, *, stdin_path: Path | None = None,
          stdout_path: Path | None = None) -> None:
+    """Run a client tool on files opened here (no shell redirection). A password goes in an
+    option file, mode 0600 in a private folder removed when the tool ends, passed with
+    ``--defaults-extra-file``."""
     shown = shlex.join(argv)
     password = config.password()
     try:
@@ -150,3 +151,10 @@ class RestoreAction:
 
 def mariadb_actions(config: MariaDBConfig) -> list[DumpAction | RestoreAction]:
     return [DumpAction(config), RestoreAction(config)]
+
+
+def _build(config: MariaDBConfig, backends: Mapping[str, Any]) -> Built:
+    return Built(list(mariadb_actions(config)))
+
+
+ADAPTER = Adapter("mariadb", "mariadb", MariaDBConfig, (DumpAction, RestoreAction), _build)

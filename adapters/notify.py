@@ -12,7 +12,7 @@ from typing import ClassVar, Protocol
 
 from pydantic import Field
 
-from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
+from adapters.actions import ActionContext, ActionError, ActionResult, Seconds, StrictArguments
 
 
 class NotifyArguments(StrictArguments):
@@ -43,7 +43,7 @@ class Confirmations(Protocol):
 
 class ConfirmArguments(StrictArguments):
     question: str = Field(min_length=1, max_length=500)
-    poll: float = Field(default=2.0, gt=0, le=60)
+    poll: Seconds = Field(default=2.0, le=60)
 
 
 class ConfirmAction:

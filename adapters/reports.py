@@ -1,20 +1,7 @@
 """``report.gpu_usage``: what the GPUs did over the last period, as one text for people.
 
-Three parts, each read from the system that knows it:
-
-- GPU-hours, jobs and mean queue wait per account for jobs in the period (Slurm
-  accounting, ``sacct``, through the Slurm backend);
-- allocated-but-idle GPUs: nodes where Slurm has GPUs allocated while DCGM reports
-  utilisation under ``idle_below`` percent on some of them for all of ``idle_for``
-  (``max_over_time(DCGM_FI_DEV_GPU_UTIL[idle_for])`` per GPU, Prometheus). Slurm counts
-  allocated GPUs per node, not which ones, so a node is reported when fewer of its GPUs
-  are busy than Slurm has allocated, with the idle GPUs' indices as candidates;
-- nodes drained (or draining) for longer than ``drained_for``, with their reasons.
-
-The report reads only; running it twice changes nothing. A part whose source cannot be
-asked says so in the text (and in ``details``) instead of failing the whole report,
-unless Slurm answered nothing at all (then the step fails). The summary is the whole
-report, so it reaches the chat channel and the audit log keeps it.
+It only reads (Slurm and Prometheus); a part whose source does not answer says so in the
+text rather than failing the whole report.
 """
 
 from __future__ import annotations
@@ -27,7 +14,10 @@ from typing import Any, ClassVar, Protocol
 from pydantic import Field
 
 from adapters.actions import ActionContext, ActionError, ActionResult, Seconds, StrictArguments
+from adapters.registry import Adapter, Built
 from adapters.slurm.backend import SlurmBackend
+from adapters.slurm.config import SlurmConfig
+from kit.durations import format_duration
 
 UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 HOST_LABELS = ("Hostname", "hostname")  # dcgm-exporter: older and newer releases
@@ -50,23 +40,26 @@ class GpuUsageArguments(StrictArguments):
         default_factory=dict, description="Slurm node name -> DCGM Hostname, where they differ")
 
 
-def _human(seconds: float) -> str:
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            parts.append(f"{seconds // size}{unit}")
-            seconds %= size
-    return "".join(parts[:2])
-
-
 def _promql_duration(seconds: float) -> str:
     return f"{max(1, round(seconds))}s"
 
 
 class GpuUsageReportAction:
+    """Three parts, each read from the system that knows it:
+
+    - GPU-hours, jobs and mean queue wait per account for jobs in the period (Slurm
+      accounting, ``sacct``, through the Slurm backend);
+    - allocated-but-idle GPUs: nodes where Slurm has GPUs allocated while DCGM reports
+      utilisation under ``idle_below`` percent on some of them for all of ``idle_for``
+      (``max_over_time(DCGM_FI_DEV_GPU_UTIL[idle_for])`` per GPU). Slurm counts allocated
+      GPUs per node, not which ones, so a node is reported when fewer of its GPUs are busy
+      than Slurm has allocated, with the idle GPUs' indices as candidates;
+    - nodes drained (or draining) for longer than ``drained_for``, with their reasons.
+
+    The step fails only when Slurm answered nothing at all. The summary is the whole
+    report, so it reaches the chat channel and the audit log keeps it.
+    """
+
     name: ClassVar[str] = "report.gpu_usage"
     Arguments: ClassVar[type[StrictArguments]] = GpuUsageArguments
 
@@ -81,10 +74,10 @@ class GpuUsageReportAction:
 
     def plan(self, args: GpuUsageArguments) -> list[str]:
         lines = [
-            f"sacct --json --allusers -X for the last {_human(args.period)}: GPU-hours, jobs "
-            "and mean queue wait per account",
+            f"sacct --json --allusers -X for the last {format_duration(args.period)}: GPU-hours, "
+            "jobs and mean queue wait per account",
             "sinfo --json: GPUs allocated per node; nodes drained longer than "
-            f"{_human(args.drained_for)} with their reasons",
+            f"{format_duration(args.drained_for)} with their reasons",
         ]
         if self.prometheus is not None:
             lines.append(f"PromQL {self._query(args)}: GPUs under {args.idle_below:g}% on "
@@ -102,11 +95,11 @@ class GpuUsageReportAction:
         problems: list[str] = []
         sections = [
             f"GPU usage report, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC "
-            f"({_human(args.period)})",
+            f"({format_duration(args.period)})",
         ]
         sections += self._accounts(args, start, end, details, problems)
         nodes = self._nodes(problems)
-        ctx.check_deadline("reading Slurm")
+        ctx.checkpoint("reading Slurm")
         sections += self._idle(args, nodes, details, problems)
         sections += self._drained(args, nodes, now, details, problems)
         details["problems"] = problems
@@ -135,7 +128,7 @@ class GpuUsageReportAction:
         lines.append(f"  {'account':<{width}}  {'GPU-hours':>10}  {'jobs':>6}  mean queue wait")
         for u in usage[: args.top]:
             lines.append(f"  {u.account or '(none)':<{width}}  {u.gpu_hours:>10.1f}  "
-                         f"{u.jobs:>6}  {_human(u.mean_queue_wait_seconds)}")
+                         f"{u.jobs:>6}  {format_duration(u.mean_queue_wait_seconds)}")
         total = sum(u.gpu_hours for u in usage)
         lines.append(f"  {'total':<{width}}  {total:>10.1f}  {sum(u.jobs for u in usage):>6}")
         if len(usage) > args.top:
@@ -152,7 +145,7 @@ class GpuUsageReportAction:
     def _idle(self, args: GpuUsageArguments, nodes: list[Any] | None, details: dict[str, Any],
               problems: list[str]) -> list[str]:
         title = (f"Allocated but idle GPUs (under {args.idle_below:g}% for "
-                 f"{_human(args.idle_for)}):")
+                 f"{format_duration(args.idle_for)}):")
         lines = ["", title]
         if nodes is None:
             return [*lines, "  unknown: Slurm did not answer"]
@@ -165,28 +158,7 @@ class GpuUsageReportAction:
         except ActionError as exc:
             problems.append(f"utilisation: {exc}")
             return [*lines, f"  unknown: Prometheus did not answer ({exc})"]
-        util: dict[str, dict[str, float]] = {}
-        for sample in samples:
-            labels: Mapping[str, str] = sample.labels
-            host = next((labels[k] for k in HOST_LABELS if labels.get(k)), None)
-            if host is not None:
-                util.setdefault(host, {})[str(labels.get("gpu", "?"))] = float(sample.value)
-        found: list[dict[str, Any]] = []
-        unknown: list[str] = []
-        for node in sorted(nodes, key=lambda n: n.name):
-            if node.gpus_used <= 0:
-                continue
-            gpus = util.get(args.dcgm_names.get(node.name, node.name))
-            if not gpus:
-                unknown.append(node.name)
-                continue
-            idle = sorted((g for g, v in gpus.items() if v < args.idle_below), key=_gpu_order)
-            busy = len(gpus) - len(idle)
-            idle_allocated = min(len(idle), max(0, node.gpus_used - busy))
-            if idle_allocated:
-                found.append({"node": node.name, "allocated": node.gpus_used,
-                              "idle_allocated": idle_allocated, "idle_gpus": idle,
-                              "jobs": list(node.jobs)})
+        found, unknown = _idle_allocated(args, nodes, _utilisation(samples))
         details["idle"] = found
         details["no_telemetry"] = unknown
         details["idle_query"] = query
@@ -208,7 +180,7 @@ class GpuUsageReportAction:
 
     def _drained(self, args: GpuUsageArguments, nodes: list[Any] | None, now: float,
                  details: dict[str, Any], problems: list[str]) -> list[str]:
-        lines = ["", f"Nodes drained for more than {_human(args.drained_for)}:"]
+        lines = ["", f"Nodes drained for more than {format_duration(args.drained_for)}:"]
         if nodes is None:
             return [*lines, "  unknown: Slurm did not answer"]
         found = []
@@ -227,12 +199,46 @@ class GpuUsageReportAction:
         for item in found[: args.top]:
             by = f" by {item['by']}" if item["by"] else ""
             moment = datetime.fromtimestamp(item["since"], UTC)
-            lines.append(f"  {item['node']}: {item['state']} for {_human(item['for_seconds'])} "
+            lasted = format_duration(item["for_seconds"])
+            lines.append(f"  {item['node']}: {item['state']} for {lasted} "
                          f"(since {moment:%Y-%m-%d %H:%M} UTC{by}): "
                          f"\"{item['reason'] or 'no reason given'}\"")
         if len(found) > args.top:
             lines.append(f"  ... and {len(found) - args.top} more nodes")
         return lines
+
+
+def _utilisation(samples: list[Any]) -> dict[str, dict[str, float]]:
+    """DCGM host -> GPU index -> utilisation, from the samples of the idle query."""
+    util: dict[str, dict[str, float]] = {}
+    for sample in samples:
+        labels: Mapping[str, str] = sample.labels
+        host = next((labels[k] for k in HOST_LABELS if labels.get(k)), None)
+        if host is not None:
+            util.setdefault(host, {})[str(labels.get("gpu", "?"))] = float(sample.value)
+    return util
+
+
+def _idle_allocated(args: GpuUsageArguments, nodes: list[Any],
+                    util: dict[str, dict[str, float]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Nodes with fewer busy GPUs than Slurm allocated there, and nodes without telemetry."""
+    found: list[dict[str, Any]] = []
+    unknown: list[str] = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        if node.gpus_used <= 0:
+            continue
+        gpus = util.get(args.dcgm_names.get(node.name, node.name))
+        if not gpus:
+            unknown.append(node.name)
+            continue
+        idle = sorted((g for g, v in gpus.items() if v < args.idle_below), key=_gpu_order)
+        busy = len(gpus) - len(idle)
+        idle_allocated = min(len(idle), max(0, node.gpus_used - busy))
+        if idle_allocated:
+            found.append({"node": node.name, "allocated": node.gpus_used,
+                          "idle_allocated": idle_allocated, "idle_gpus": idle,
+                          "jobs": list(node.jobs)})
+    return found, unknown
 
 
 def _gpu_order(gpu: str) -> tuple[int, str]:
@@ -242,3 +248,12 @@ def _gpu_order(gpu: str) -> tuple[int, str]:
 ACTION_CLASSES: tuple[type[GpuUsageReportAction], ...] = (GpuUsageReportAction,)
 
 __all__ = ["ACTION_CLASSES", "GpuUsageArguments", "GpuUsageReportAction", "Querier"]
+
+
+def _build(config: Any, backends: Mapping[str, Any]) -> Built:
+    return Built([GpuUsageReportAction(backends["slurm"], backends.get("prometheus"))])
+
+
+# Enabled by the Slurm section; uses Prometheus for the idle-GPU part when configured.
+ADAPTER = Adapter("reports", "slurm", SlurmConfig, (GpuUsageReportAction,), _build,
+                  uses=("slurm", "prometheus"))

@@ -29,11 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from bot.store import audit, db
+from bot.store.words import Kind
 from kit.canonical import canonical
 
 APPEND_GOAL = 2_000
 VERIFY_GOAL = 100_000
-KINDS = ("step_started", "step_finished", "check_evaluated", "requested", "planned")
+KINDS = (Kind.STEP_STARTED, Kind.STEP_FINISHED, Kind.CHECK_EVALUATED, Kind.REQUESTED,
+         Kind.PLANNED)
 
 
 def bench_append(url: str, count: int) -> dict[str, Any]:
@@ -43,7 +45,7 @@ def bench_append(url: str, count: int) -> dict[str, Any]:
             "attempt": 1}
     for i in range(50):  # warm-up: connection pool, statement caches
         with engine.begin() as conn:
-            audit.append(conn, "warmup", "bench", {"i": i}, None)
+            audit.append(conn, Kind.REQUESTED, "bench", {"warm-up": i}, None)
     latencies = []
     began = time.perf_counter()
     for i in range(count):

@@ -218,7 +218,7 @@ def main() -> int:
             calls.append(f"{method} {target}")
             return real(method, target, *rest, **kwargs)
 
-        backend.api_client.call_api = counting  # type: ignore[method-assign]
+        backend.api_client.call_api = counting  # type: ignore[assignment]
         actions = KubernetesActions(backend, config).by_name()
 
         print(f"lab API {url}: {args.nodes} nodes, {args.pods} evictable pods per node "

@@ -53,7 +53,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def measure(slack: SlackClientSide, senders: int, requests: int, text: str) -> list[float]:
     def one(_: int) -> float:
-        status, _, elapsed = slack.command(text, "U0ALICE")
+        status, _body, elapsed = slack.command(text, "U0ALICE")
         if status != 200:
             raise SystemExit(f"the bot answered {status}")
         return elapsed * 1000

@@ -86,9 +86,11 @@ def batched(config: SlurmConfig, names: list[str]) -> dict[str, Any]:
     drain, resume = actions["slurm.drain"], actions["slurm.resume"]
     hostlist = compress(names)
     began = time.perf_counter()
-    drained = drain.run(drain.Arguments(nodes=hostlist, reason="bench batch"), ctx())
+    drained = drain.run(
+        drain.Arguments.model_validate({"nodes": hostlist, "reason": "bench batch"}), ctx())
     middle = time.perf_counter()
-    resumed = resume.run(resume.Arguments(nodes=hostlist, wait=False), ctx())
+    resumed = resume.run(resume.Arguments.model_validate({"nodes": hostlist, "wait": False}),
+                         ctx())
     ended = time.perf_counter()
     return {"seconds": ended - began, "drain_seconds": middle - began,
             "resume_seconds": ended - middle, "scontrol_calls": runner.scontrol(),

@@ -1,4 +1,5 @@
-"""The bot's configuration: one YAML file, validated by pydantic, every field optional.
+"""The bot's configuration: one YAML file, validated by pydantic when read; every section is
+optional (a few fields inside a section are required), unknown keys are refused.
 
 With no file at all the bot runs on a SQLite database in the user's state folder,
 with the runbooks shipped beside it and a small allow-list of harmless host
@@ -11,11 +12,12 @@ import os
 import pwd
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -31,6 +33,18 @@ from adapters.kubernetes.config import KubernetesConfig
 from adapters.mariadb import MariaDBConfig
 from adapters.prometheus.config import PrometheusConfig
 from adapters.slurm.config import SlurmConfig
+from kit.durations import parse_duration
+
+
+def _duration_text(value: object) -> str:
+    """A duration setting, checked when the file is read: text as written, a number as
+    seconds."""
+    seconds = parse_duration(value)  # type: ignore[arg-type]  # it refuses other types
+    return value if isinstance(value, str) else f"{seconds:g}s"
+
+
+# A duration in the one grammar (kit.durations): 90s, 30m, 1.5h, or a number of seconds.
+DurationText = Annotated[str, BeforeValidator(_duration_text)]
 
 CONFIG_ENV = "RUNBOOK_CONFIG"
 DB_URL_ENV = "RUNBOOK_DB_URL"
@@ -88,10 +102,10 @@ class ScheduleConfig(BaseModel):
 
 
 class SchedulingConfig(BaseModel):
-    """How the leader fires schedules and maintenance windows (see README "Schedules")."""
+    """How the leader fires schedules and maintenance windows (docs/schedules-and-windows.md)."""
 
     model_config = ConfigDict(extra="forbid")
-    misfire_grace: str = "15m"  # a fire time later than this is reported missed, not run
+    misfire_grace: DurationText = "15m"  # a fire time later than this is reported missed, not run
     poll_seconds: float = Field(default=10.0, gt=0)  # re-read schedules and windows this often
     timezone: str = "UTC"  # for cron= and at= given without tz=
 
@@ -112,7 +126,7 @@ class PoolFloors(BaseModel):
 
 class GuardsConfig(BaseModel):
     """Site floors under the runbooks' guards: no parameter lowers them and break-glass does
-    not override them (README "Configuration")."""
+    not override them (docs/configuration.md)."""
 
     model_config = ConfigDict(extra="forbid")
     # capacity checks use max(the runbook's min_free_gpus_after, this pool's floor)
@@ -124,7 +138,7 @@ class EngineConfig(BaseModel):
     lease_seconds: float = Field(default=30.0, gt=0)  # a dead engine's executions move after this
     poll_seconds: float = Field(default=1.0, gt=0)
     lock_ttl_seconds: float = Field(default=4 * 3600.0, gt=0)
-    default_step_timeout: str = "1h"
+    default_step_timeout: DurationText = "1h"
     max_parallel: int = Field(default=8, ge=1, le=256)  # executions one engine drives at once
     # a step asked to stop (cancel, timeout, lost claim) that has not returned after this
     # long leaves the execution held for a person; undo never runs beside it
@@ -221,7 +235,7 @@ class Config(BaseModel):
     users: dict[str, UserConfig] = Field(default_factory=dict)
     requesters: list[str] = Field(default_factory=lambda: ["*"])
     approvers: list[str] = Field(default_factory=lambda: ["*"])  # when a runbook names none
-    approval_expires: str = "30m"
+    approval_expires: DurationText = "30m"
     host_commands: dict[str, HostCommand] = Field(default_factory=default_host_commands)
     inventory: InventoryConfig = Field(default_factory=InventoryConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)

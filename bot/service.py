@@ -1,12 +1,8 @@
-"""The command handler: the one path every request takes, whoever asks and from where.
+"""The command service (``Service``): the one path every request takes, whoever asks and
+from where.
 
-The CLI, the chat surfaces, schedules and alerts all call these methods; they
-validate, plan, check permissions, take locks and record every decision in the
-audit log. Running the steps is the engine's job (bot.execution.engine).
-
-Errors a person can fix are ``Refused`` (exit code 2 on the CLI): nothing was
-done, and a refused run request still leaves one audit event saying who asked
-for what and why it was refused.
+It decides and records, and runs nothing (running the steps is bot.execution.engine's job);
+it never imports a surface, bot.schedule or bot.alerts, which all call it.
 """
 
 from __future__ import annotations
@@ -41,6 +37,7 @@ from bot.runbooks.catalogue import Catalogue
 from bot.runbooks.loading import LoadedRunbook, RunbookError, load_all, load_text
 from bot.store import audit, db
 from bot.store.schema import approvals, maintenance_windows, runbook_versions
+from bot.store.words import NOT_STARTED, Kind, State
 from kit.errors import Refused
 
 
@@ -58,6 +55,21 @@ class Preapproval:
 
 @dataclass
 class Service:
+    """The command service: the one path every request and decision takes, whoever asks
+    and from where. A surface builds it with ``from_config`` and calls its methods
+    (request, approve, deny, cancel, resume, confirm, get, timeline), as schedules, windows
+    and alerts do; the engine takes it as its ``Parts`` (``replan`` plans an execution again).
+
+    It owns the database handle ``db``, the catalogue, the checks, the inventory and the
+    loaded runbooks (every version recorded, so ``pinned`` loads an execution's own). It
+    validates, plans, checks permissions, takes locks and records every decision in the
+    audit log in the transaction of the change (decisions are compare-and-sets on the
+    execution row). It runs nothing (that is the engine's job) and imports no surface.
+    Errors a person can fix are ``Refused`` (exit code 2 on the command line): nothing was
+    done, and a refused run request still leaves one audit event saying who asked for
+    what and why it was refused.
+    """
+
     config: Config
     db: Engine
     catalogue: Catalogue
@@ -231,7 +243,7 @@ class Service:
             return self._request(name, raw, user, source, configured, break_glass, extras)
         except (Refused, locking.LockConflict, RunbookError) as exc:
             with self.db.begin() as conn:
-                audit.append(conn, "refused", user, {
+                audit.append(conn, Kind.REFUSED, user, {
                     "runbook": name[:64], "params": {k[:41]: _clip(v) for k, v in raw.items()},
                     "source": source, "reason": str(exc)[:2000],
                 })
@@ -263,11 +275,11 @@ class Service:
             token = locking.acquire(conn, plan.locks, execution_id, user, lock_until, now,
                                     window_id=extras.window_id)
             executions.set_fields(conn, execution_id, fencing_token=token)
-            audit.append(conn, "requested", user, {
+            audit.append(conn, Kind.REQUESTED, user, {
                 "runbook": plan.runbook, "version": plan.version,
                 "content_hash": plan.content_hash, "params": plan.params, "source": source,
             }, execution_id)
-            audit.append(conn, "planned", user, {
+            audit.append(conn, Kind.PLANNED, user, {
                 "plan_hash": plan.hash, "locks": plan.locks, "fencing_token": token,
                 "break_glass": plan.break_glass,
                 **({"outside_window": True} if plan.outside_window else {}),
@@ -288,7 +300,7 @@ class Service:
         if policy.required == 0:
             return
         if plan.hash != ahead.plan_hash:
-            audit.append(conn, "preapproval_voided", "bot", {
+            audit.append(conn, Kind.PREAPPROVAL_VOIDED, "bot", {
                 "subject": ahead.subject, "approved_plan_hash": ahead.plan_hash,
                 "plan_hash": plan.hash, "approvers": list(ahead.approvers),
                 "why": "the pre-approved plan no longer matches the plan made now: it does "
@@ -299,18 +311,18 @@ class Service:
         for approver in dict.fromkeys(ahead.approvers):
             problem = approval_problem(self.config, plan.approval, plan.runbook, approver, user)
             if problem is not None:
-                audit.append(conn, "approval_refused", approver,
+                audit.append(conn, Kind.APPROVAL_REFUSED, approver,
                              {"reason": problem, "ahead": ahead.subject}, execution_id)
                 continue
             executions.record_decision(conn, execution_id, approver, "approve", plan.hash,
                                        f"approved ahead on {ahead.subject}")
             counted.append(approver)
-            audit.append(conn, "approved", approver, {
+            audit.append(conn, Kind.APPROVED, approver, {
                 "plan_hash": plan.hash, "approvals": len(counted), "required": policy.required,
                 "ahead": ahead.subject,
             }, execution_id)
         if len(counted) >= policy.required:
-            executions.set_fields(conn, execution_id, state="approved")
+            executions.set_fields(conn, execution_id, state=State.APPROVED)
 
     # --- decisions ----------------------------------------------------------------------
 
@@ -326,7 +338,7 @@ class Service:
                 if problem is None:
                     problem = self._decide(conn, ex, user)
                 if problem is not None:
-                    audit.append(conn, "approval_refused", user, {"reason": problem}, ex.id)
+                    audit.append(conn, Kind.APPROVAL_REFUSED, user, {"reason": problem}, ex.id)
                     refusal = Refused(problem)
                 else:
                     return self._count_approval(conn, ex, user)
@@ -337,7 +349,7 @@ class Service:
     def _decide(self, conn: Connection, ex: Execution, user: str) -> str | None:
         """Take the execution row for this decision (compare-and-set on the state and plan
         the decider saw); why not, or None."""
-        if not executions.update_if(conn, ex.id, {"state": "awaiting_approval",
+        if not executions.update_if(conn, ex.id, {"state": State.AWAITING_APPROVAL,
                                                   "plan_hash": ex.plan_hash}):
             now = executions.get(conn, ex.id)
             if now.plan_hash != ex.plan_hash:
@@ -357,11 +369,12 @@ class Service:
         policy = ex.plan.approval
         executions.record_decision(conn, ex.id, user, "approve", ex.plan_hash, None)
         count = len(executions.approvals_for(conn, ex.id, ex.plan_hash))
-        audit.append(conn, "approved", user, {
+        audit.append(conn, Kind.APPROVED, user, {
             "plan_hash": ex.plan_hash, "approvals": count, "required": policy.required,
         }, ex.id)
         if count >= policy.required:
-            executions.update_if(conn, ex.id, {"state": "awaiting_approval"}, state="approved")
+            executions.update_if(conn, ex.id, {"state": State.AWAITING_APPROVAL},
+                                 state=State.APPROVED)
         return executions.get(conn, ex.id)
 
     def deny(self, execution_id: int, user: str, reason: str | None) -> Execution:
@@ -374,13 +387,13 @@ class Service:
                     problem = self._decide(conn, ex, user)
                 if problem is None:
                     executions.record_decision(conn, ex.id, user, "deny", ex.plan_hash, reason)
-                    audit.append(conn, "denied", user,
+                    audit.append(conn, Kind.DENIED, user,
                                  {"plan_hash": ex.plan_hash, "reason": reason}, ex.id)
-                    executions.finish(conn, ex, "denied", user,
+                    executions.finish(conn, ex, State.DENIED, user,
                                       f"denied by {user}: {reason or ''}",
-                                      expect={"state": "awaiting_approval"})
+                                      expect={"state": State.AWAITING_APPROVAL})
                     return executions.get(conn, ex.id)
-                audit.append(conn, "approval_refused", user, {"reason": problem}, ex.id)
+                audit.append(conn, Kind.APPROVAL_REFUSED, user, {"reason": problem}, ex.id)
         except IntegrityError as exc:
             raise Refused(f"{user} has already decided on execution {execution_id}") from exc
         raise Refused(problem)
@@ -395,17 +408,17 @@ class Service:
             if not self._may_steer(ex, user):
                 raise Refused(f"{user} may not cancel execution {ex.id}: only its requester "
                               f"({ex.requested_by}) or its approvers may")
-            if ex.state == "held":
-                done = executions.update_if(conn, ex.id, {"state": "held"}, state="undoing",
-                                            cancel_requested=True)
+            if ex.state == State.HELD:
+                done = executions.update_if(conn, ex.id, {"state": State.HELD},
+                                            state=State.UNDOING, cancel_requested=True)
             else:  # compare-and-set on the state we saw (a bare bump when not started)
-                started = ex.state not in ("awaiting_approval", "approved")
+                started = ex.state not in NOT_STARTED
                 flag = {"cancel_requested": True} if started else {}
                 done = executions.update_if(conn, ex.id, {"state": ex.state}, **flag)
             if done:
-                audit.append(conn, "cancel_requested", user, {"state": ex.state}, ex.id)
-                if ex.state in ("awaiting_approval", "approved"):
-                    executions.finish(conn, ex, "cancelled", user, f"cancelled by {user}",
+                audit.append(conn, Kind.CANCEL_REQUESTED, user, {"state": ex.state}, ex.id)
+                if ex.state in NOT_STARTED:
+                    executions.finish(conn, ex, State.CANCELLED, user, f"cancelled by {user}",
                                       expect={"state": ex.state})
                 return executions.get(conn, ex.id)
         # the execution moved on between our read and our write: look again
@@ -414,14 +427,14 @@ class Service:
     def resume(self, execution_id: int, user: str) -> Execution:
         with self.db.begin() as conn:
             ex = self._get(conn, execution_id)
-            if ex.state != "held":
+            if ex.state != State.HELD:
                 raise Refused(f"execution {ex.id} is {ex.state}, not held: nothing to resume")
             if not self._may_steer(ex, user):
                 raise Refused(f"{user} may not resume execution {ex.id}")
-            if not executions.update_if(conn, ex.id, {"state": "held"}, state="running",
-                                        resume_requested=True):
+            if not executions.update_if(conn, ex.id, {"state": State.HELD},
+                                        state=State.RUNNING, resume_requested=True):
                 raise Refused(f"execution {ex.id} changed while resuming it: look again")
-            audit.append(conn, "resume_requested", user, {"stage": ex.stage}, ex.id)
+            audit.append(conn, Kind.RESUME_REQUESTED, user, {"stage": ex.stage}, ex.id)
             return executions.get(conn, ex.id)
 
     def confirm(self, execution_id: int, user: str, yes: bool, note: str | None) -> str:
@@ -429,7 +442,7 @@ class Service:
         with self.db.begin() as conn:
             ex = self._get(conn, execution_id)
             question = confirming.pending(conn, ex.id)
-            if ex.state != "running" or question is None:
+            if ex.state != State.RUNNING or question is None:
                 raise Refused(f"execution {ex.id} is not waiting for a confirmation")
             if not self._may_steer(ex, user):
                 raise Refused(f"{user} may not answer for execution {ex.id}: only its "
@@ -446,7 +459,7 @@ class Service:
 
     def _awaiting(self, conn: Connection, execution_id: int, user: str, verb: str) -> Execution:
         ex = self._get(conn, execution_id)
-        if ex.state != "awaiting_approval":
+        if ex.state != State.AWAITING_APPROVAL:
             raise Refused(f"execution {ex.id} is {ex.state}: there is nothing to {verb}")
         return ex
 
@@ -462,7 +475,7 @@ class Service:
     def get(self, execution_id: int) -> Execution:
         with self.db.begin() as conn:
             ex = self._get(conn, execution_id)
-            if ex.state == "awaiting_approval" and executions.expire_if_due(conn, ex):
+            if ex.state == State.AWAITING_APPROVAL and executions.expire_if_due(conn, ex):
                 ex = executions.get(conn, ex.id)
             return ex
 

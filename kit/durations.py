@@ -1,12 +1,16 @@
-"""Durations as people write them: ``90s``, ``30m``, ``2h``, ``1h30m``, ``1d``."""
+"""Durations as people write them: ``90s``, ``30m``, ``2h``, ``1h30m``, ``1.5h``, ``1d``, ``1w``.
+
+The one duration grammar of the bot and its adapters (runbooks, configuration, chat).
+A number alone is seconds; text needs a unit, so ``"90"`` is refused (is it seconds?).
+"""
 
 from __future__ import annotations
 
 import math
 import re
 
-_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d|w)")  # ASCII digits only
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
 def parse_duration(text: str | int | float) -> float:
@@ -27,7 +31,7 @@ def parse_duration(text: str | int | float) -> float:
         if match.start() != pos:
             break
         try:
-            total += int(match.group(1)) * _UNITS[match.group(2)]
+            total += float(match.group(1)) * _UNITS[match.group(2)]
         except (ValueError, OverflowError):  # more digits than a number can hold
             total = math.inf
         pos = match.end()

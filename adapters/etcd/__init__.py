@@ -17,6 +17,7 @@ from adapters.etcd.actions import (
     SnapshotStatusAction,
     etcd_actions,
 )
+from adapters.etcd.adapter import ADAPTER
 from adapters.etcd.backend import (
     EndpointHealth,
     EtcdBackend,
@@ -28,8 +29,21 @@ from adapters.etcd.backend import (
 from adapters.etcd.config import EtcdConfig
 
 __all__ = [
-    "ACTION_CLASSES", "EndpointHealth", "EtcdActions", "EtcdBackend", "EtcdCommands",
-    "EtcdConfig", "EtcdError", "EtcdctlBackend", "HealthAction", "KeyCountAction",
-    "KeysPresentAction", "SnapshotRestoreAction", "SnapshotSaveAction", "SnapshotStatus",
-    "SnapshotStatusAction", "etcd_actions",
+    "ACTION_CLASSES",
+    "ADAPTER",
+    "EndpointHealth",
+    "EtcdActions",
+    "EtcdBackend",
+    "EtcdCommands",
+    "EtcdConfig",
+    "EtcdError",
+    "EtcdctlBackend",
+    "HealthAction",
+    "KeyCountAction",
+    "KeysPresentAction",
+    "SnapshotRestoreAction",
+    "SnapshotSaveAction",
+    "SnapshotStatus",
+    "SnapshotStatusAction",
+    "etcd_actions",
 ]

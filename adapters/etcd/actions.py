@@ -1,23 +1,13 @@
 """The ``etcd.*`` actions: snapshot_save, snapshot_status, snapshot_restore, health,
-key_count and keys_present.
+key_count and keys_present; ``plan()`` shows the etcdctl (or etcdutl) line that runs.
 
-``plan()`` shows the etcdctl (or etcdutl) line an on-call engineer would type, e.g.
-``ETCDCTL_API=3 etcdctl --endpoints=https://10.0.0.1:2379 snapshot save /backup/x.db``.
-The run writes through a ``.partial`` file or directory and renames it at the end
-(see ``adapters.etcd.backend``), so nothing half-written stands under the planned name.
-
-Idempotency: a restore into a directory already restored from the same snapshot (same
-sha256, recorded in the directory) changes nothing; into any other non-empty directory
-it is refused. A save always takes a fresh snapshot (an older one at the same path is
-replaced). health, key_count, keys_present and snapshot_status only read, and fail
-(ActionError) when what they were asked to expect does not hold, so they serve as
-checks after a restore.
+A restore never writes into a data directory that holds anything but the same snapshot.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -29,8 +19,8 @@ from adapters.actions import (
     ActionContext,
     ActionError,
     ActionResult,
-    ActionSet,
     ActionTimeout,
+    ConnectingActionSet,
     StrictArguments,
 )
 from adapters.etcd.backend import EtcdBackend, EtcdCommands, EtcdctlBackend, EtcdError, sha256_of
@@ -100,13 +90,10 @@ class KeysPresentArguments(StrictArguments):
         return list(dict.fromkeys([*self.keys, *self.values]))
 
 
-class _EtcdAction(ActionBase):
-    def __init__(self, backend: EtcdBackend, config: EtcdConfig,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.backend = backend
-        self.config = config
-        self.commands = EtcdCommands(config)
-        self._sleep = sleep
+class _EtcdAction(ActionBase[EtcdBackend, EtcdConfig]):
+    @functools.cached_property
+    def commands(self) -> EtcdCommands:
+        return EtcdCommands(self.config)
 
     def _timeout(self, ctx: ActionContext) -> float:
         remaining = ctx.remaining()
@@ -116,6 +103,8 @@ class _EtcdAction(ActionBase):
 
 
 class SnapshotSaveAction(_EtcdAction):
+    """A fresh snapshot, written through a ``.partial`` file (an older one is replaced)."""
+
     name: ClassVar[str] = "etcd.snapshot_save"
     Arguments: ClassVar[type[StrictArguments]] = SnapshotSaveArguments
 
@@ -160,6 +149,10 @@ class SnapshotStatusAction(_EtcdAction):
 
 
 class SnapshotRestoreAction(_EtcdAction):
+    """Restore into a new data directory. Into one already restored from the same snapshot
+    (same sha256, recorded there) it changes nothing; into any other non-empty one it is
+    refused."""
+
     name: ClassVar[str] = "etcd.snapshot_restore"
     Arguments: ClassVar[type[StrictArguments]] = SnapshotRestoreArguments
 
@@ -201,6 +194,9 @@ class SnapshotRestoreAction(_EtcdAction):
 
 
 class HealthAction(_EtcdAction):
+    """Every endpoint healthy, else ActionError: health, key_count, keys_present and
+    snapshot_status only read, and serve as checks after a restore."""
+
     name: ClassVar[str] = "etcd.health"
     Arguments: ClassVar[type[StrictArguments]] = HealthArguments
 
@@ -292,17 +288,11 @@ ACTION_CLASSES: tuple[type[_EtcdAction], ...] = (
 )
 
 
-class EtcdActions(ActionSet):
+class EtcdActions(ConnectingActionSet[EtcdBackend, EtcdConfig]):
     """Every ``etcd.*`` action over one backend: ``EtcdActions(config).all()``."""
 
     action_classes = ACTION_CLASSES
-
-    def __init__(self, config: EtcdConfig, backend: EtcdBackend | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.config = config
-        self.backend = backend if backend is not None else EtcdctlBackend(config)
-        self._sleep = sleep
-
+    backend_class = EtcdctlBackend
 
 
 def etcd_actions(config: EtcdConfig) -> list[Action]:

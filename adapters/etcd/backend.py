@@ -1,22 +1,8 @@
-"""Talking to etcd: the ``EtcdBackend`` protocol and its implementation over etcdctl/etcdutl.
+"""Talking to etcd: the ``EtcdBackend`` protocol and its implementation over etcdctl and
+etcdutl, run as argument lists (never a shell) with a clean environment.
 
-etcd 3.4 (Debian 12) has no ``etcdutl``: snapshots are saved, inspected and restored
-with ``ETCDCTL_API=3 etcdctl``. From 3.5 ``etcdutl`` does the offline work (restore,
-status) and is used when it is on PATH. Every tool gets an argument list, never a
-shell; ``EtcdCommands`` builds those lists, so ``plan()`` shows exactly what runs.
-
-The tools get a clean environment (``adapters.environment``): none of the bot's secrets
-and none of an operator's ``ETCDCTL_*`` settings (etcdctl exits when such a variable and
-a flag name the same option). The bot sets what it means: ``ETCDCTL_API=3`` for etcdctl
-and, when ``user``/``password_env`` are configured, ``ETCDCTL_USER`` and
-``ETCDCTL_PASSWORD`` for the commands that talk to etcd; so the password is never in argv
-(etcdctl reads it from no file).
-
-Restores are all-or-nothing: the snapshot is restored into ``DATA_DIR.partial``, a
-marker recording the snapshot's sha256 is written into it (``member/restored-from.json``,
-inside ``member/`` where etcd does not look), and only then is it renamed to
-``DATA_DIR``. A crash leaves no half-restored ``DATA_DIR``, and a repeated restore of
-the same snapshot into the same directory is recognised.
+The password never goes in argv, and a save or restore cut short never leaves a file or a
+data directory under the planned name.
 """
 
 from __future__ import annotations
@@ -85,7 +71,12 @@ class EtcdBackend(Protocol):
 
     def snapshot_restore(self, snapshot: Path, data_dir: Path, *,
                          timeout: float | None = None) -> SnapshotStatus:
-        """Restore into a new ``data_dir`` (refused when it exists and is not empty)."""
+        """Restore into a new ``data_dir`` (refused when it exists and is not empty).
+
+        All or nothing: the snapshot is restored into ``DATA_DIR.partial``, a marker with the
+        snapshot's sha256 is written into it (``member/restored-from.json``, where etcd does
+        not look), and only then is it renamed to ``DATA_DIR``; so a crash leaves no
+        half-restored ``DATA_DIR``, and a repeated restore of the same snapshot is seen."""
         ...
 
     def restored_from(self, data_dir: Path) -> dict[str, Any] | None:
@@ -93,7 +84,9 @@ class EtcdBackend(Protocol):
         ...
 
 
-def _seconds(value: float) -> str:
+def _go_duration(value: float) -> str:
+    """A flag value in Go's duration syntax, exact (``0.25s``): kit's format_duration is for
+    people and rounds."""
     return f"{value:g}s"
 
 
@@ -111,7 +104,8 @@ def sha256_of(path: Path) -> str:
 
 
 class EtcdCommands:
-    """The argument lists for one configuration (shared by ``plan()`` and the backend)."""
+    """The argument lists for one configuration (shared by ``plan()`` and the backend), so
+    ``plan()`` shows exactly what runs."""
 
     def __init__(self, config: EtcdConfig,
                  which: Callable[[str], str | None] = shutil.which) -> None:
@@ -125,13 +119,14 @@ class EtcdCommands:
                  (("cacert", c.cacert), ("cert", c.cert), ("key", c.key)) if value]
         # Only when they differ from etcdctl's defaults, so plans read like what people type.
         if c.dial_timeout != _ETCDCTL_DEFAULT_DIAL:
-            argv.append(f"--dial-timeout={_seconds(c.dial_timeout)}")
+            argv.append(f"--dial-timeout={_go_duration(c.dial_timeout)}")
         if c.command_timeout != _ETCDCTL_DEFAULT_COMMAND:
-            argv.append(f"--command-timeout={_seconds(c.command_timeout)}")
+            argv.append(f"--command-timeout={_go_duration(c.command_timeout)}")
         return argv
 
     def offline_tool(self) -> str:
-        """etcdutl when configured and on PATH, else etcdctl."""
+        """etcdutl when configured and on PATH, else etcdctl: etcd 3.4 (Debian 12) has no
+        etcdutl and saves, inspects and restores snapshots with ``ETCDCTL_API=3 etcdctl``."""
         if self.config.etcdutl and self._which(self.config.etcdutl):
             return self.config.etcdutl
         return self.config.etcdctl
@@ -173,7 +168,12 @@ class EtcdCommands:
         return prefix + shlex.join(argv)
 
     def env(self, argv: list[str]) -> dict[str, str]:
-        """The child's environment: clean, plus what the bot sets for this tool."""
+        """The child's environment: clean, plus what the bot sets for this tool.
+
+        None of an operator's ``ETCDCTL_*`` settings reach the tool (etcdctl exits when such
+        a variable and a flag name the same option). etcdctl gets ``ETCDCTL_API=3`` and, with
+        ``user``/``password_env`` configured, ``ETCDCTL_USER`` and ``ETCDCTL_PASSWORD`` for
+        the commands that talk to etcd: etcdctl reads the password from no file."""
         own: dict[str, str] = {}
         if argv[0] == self.config.etcdctl:
             own["ETCDCTL_API"] = "3"

@@ -21,7 +21,6 @@ from adapters.kubernetes.actions import (
     WaitLabelsAction,
     WaitUpgradeStateAction,
     WaitValidatorAction,
-    kubernetes_actions,
 )
 from adapters.kubernetes.backend import (
     Eviction,
@@ -53,8 +52,11 @@ def __getattr__(name: str) -> Any:
         return getattr(client, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+from adapters.kubernetes.adapter import ADAPTER  # noqa: E402 (after what it registers)
+
 __all__ = [
     "ACTION_CLASSES",
+    "ADAPTER",
     "ClientBackend",
     "CordonAction",
     "DrainAction",
@@ -80,7 +82,6 @@ __all__ = [
     "WaitLabelsAction",
     "WaitUpgradeStateAction",
     "WaitValidatorAction",
-    "kubernetes_actions",
     "make_api_client",
     "make_backend",
 ]

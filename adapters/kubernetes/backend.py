@@ -270,10 +270,6 @@ class KubernetesBackend(Protocol):
     def list_pods(self, namespace: str | None = None, label_selector: str | None = None,
                   field_selector: str | None = None) -> list[Pod]: ...
 
-    def get_pod(self, namespace: str, name: str) -> Pod | None:
-        """The pod, or None when it does not exist (404)."""
-        ...
-
     def evict(self, namespace: str, name: str, grace_seconds: int | None = None) -> Eviction:
         """POST pods/eviction (policy/v1): evicted, gone (404), or blocked (429)."""
         ...

@@ -1,13 +1,7 @@
 """``ClientBackend``: the ``KubernetesBackend`` over the official ``kubernetes`` client.
 
-The ApiClient comes from the kubeconfig (or the in-cluster service account); every request
-carries ``_request_timeout``: ``request_timeout``, or less within ``deadline(...)`` (an
-action's step deadline, a check's timeout), so an API server that does not answer never
-holds a step or a check past its time. Answers are read as JSON
-(``_preload_content=False``) and turned into the records of ``adapters.kubernetes.backend``;
-API errors become ``KubernetesError`` with the HTTP status and the Status message
-verbatim. urllib3 retries only connection attempts: a request that reached the server is
-never sent twice behind the caller's back (an eviction or a patch is not silently repeated).
+An API server that does not answer never holds a step or a check past its time, and a
+request that reached the server is never sent twice behind the caller's back.
 """
 
 from __future__ import annotations
@@ -64,7 +58,16 @@ def make_api_client(config: KubernetesConfig) -> k8s.ApiClient:
 
 
 class ClientBackend:
-    """``KubernetesBackend`` over ``kubernetes.client``; ``api_client`` may be given (tests)."""
+    """``KubernetesBackend`` over ``kubernetes.client``; ``api_client`` may be given (tests).
+
+    The ApiClient comes from the kubeconfig (or the in-cluster service account). Every
+    request carries ``_request_timeout``: ``request_timeout``, or less within
+    ``deadline(...)`` (a step's deadline, a check's timeout). Answers are read as JSON
+    (``_preload_content=False``) into the records of ``adapters.kubernetes.backend``; API
+    errors become ``KubernetesError`` with the HTTP status and the Status message verbatim.
+    urllib3 retries only connection attempts, so an eviction or a patch is never repeated
+    silently.
+    """
 
     def __init__(self, config: KubernetesConfig, api_client: k8s.ApiClient | None = None) -> None:
         self.config = config
@@ -200,13 +203,6 @@ class ClientBackend:
                               self.core.list_namespaced_pod, namespace,
                               label_selector=label_selector, field_selector=field_selector)
         return [Pod.from_api(item) for item in body.get("items") or []]
-
-    def get_pod(self, namespace: str, name: str) -> Pod | None:
-        try:
-            return Pod.from_api(self._call(f"GET /api/v1/namespaces/{namespace}/pods/{name}",
-                                           self.core.read_namespaced_pod, name, namespace))
-        except KubernetesNotFound:
-            return None
 
     def evict(self, namespace: str, name: str, grace_seconds: int | None = None) -> Eviction:
         options = (k8s.V1DeleteOptions(grace_period_seconds=grace_seconds)

@@ -1,17 +1,7 @@
 """Leader election over a coordination.k8s.io/v1 Lease, as client-go's leaderelection does.
 
-    elector = LeaseElector(backend, "gpu-runbook-bot", "runbook-bot", identity=pod_name)
-    while True:
-        if elector.try_acquire():   # create, take over an expired lease, or renew ours
-            ...                     # lead until elector.is_leader() turns False
-        time.sleep(elector.lease_seconds / 3)
-
-Expiry is judged the way client-go judges it, on this process's monotonic clock and not
-on the timestamps in the Lease (clocks of replicas may differ): a lease held by someone
-else expires when its record has not changed for ``leaseDurationSeconds`` since this
-elector first saw it. A released lease (no holder) is free at once. Every write carries
-the resourceVersion read, so of two replicas racing for one lease exactly one wins (the
-other gets 409 Conflict, re-reads, and sees the winner).
+Expiry is judged on this process's monotonic clock, never on the Lease's timestamps (the
+replicas' clocks may differ); every write carries the resourceVersion read.
 """
 
 from __future__ import annotations
@@ -26,6 +16,20 @@ from adapters.kubernetes.backend import KubernetesBackend, KubernetesConflict, L
 
 
 class LeaseElector:
+    """One replica's side of the election:
+
+        elector = LeaseElector(backend, "gpu-runbook-bot", "runbook-bot", identity=pod_name)
+        while True:
+            if elector.try_acquire():   # create, take over an expired lease, or renew ours
+                ...                     # lead until elector.is_leader() turns False
+            time.sleep(elector.lease_seconds / 3)
+
+    A lease held by someone else expires when its record has not changed for
+    ``leaseDurationSeconds`` since this elector first saw it; a released lease (no holder)
+    is free at once. Of two replicas racing for one lease exactly one wins (the other gets
+    409 Conflict, re-reads, and sees the winner).
+    """
+
     def __init__(self, backend: KubernetesBackend, name: str, namespace: str, identity: str,
                  lease_seconds: int = 15, *,
                  monotonic: Callable[[], float] = time.monotonic,

@@ -10,8 +10,8 @@ from adapters.prometheus.actions import (
     PrometheusActions,
     WaitAction,
     WaitArguments,
-    prometheus_actions,
 )
+from adapters.prometheus.adapter import ADAPTER
 from adapters.prometheus.backend import (
     PrometheusApiBackend,
     PrometheusBackend,
@@ -25,19 +25,34 @@ from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.promql import (
     Expectation,
     escape_label_value,
-    format_seconds,
     format_value,
     label_matcher,
-    parse_seconds,
     selector,
     series_text,
 )
 from adapters.prometheus.verdict import Verdict, judge, listing
 
 __all__ = [
-    "ACTION_CLASSES", "Expectation", "PrometheusActions", "PrometheusApiBackend",
-    "PrometheusBackend", "PrometheusConfig", "PrometheusError", "PrometheusRejected",
-    "PrometheusUnavailable", "Sample", "Series", "Verdict", "WaitAction", "WaitArguments",
-    "escape_label_value", "format_seconds", "format_value", "judge", "label_matcher",
-    "listing", "parse_seconds", "prometheus_actions", "selector", "series_text",
+    "ACTION_CLASSES",
+    "ADAPTER",
+    "Expectation",
+    "PrometheusActions",
+    "PrometheusApiBackend",
+    "PrometheusBackend",
+    "PrometheusConfig",
+    "PrometheusError",
+    "PrometheusRejected",
+    "PrometheusUnavailable",
+    "Sample",
+    "Series",
+    "Verdict",
+    "WaitAction",
+    "WaitArguments",
+    "escape_label_value",
+    "format_value",
+    "judge",
+    "label_matcher",
+    "listing",
+    "selector",
+    "series_text",
 ]

@@ -1,16 +1,9 @@
 """Talking to Prometheus: the ``PrometheusBackend`` protocol and its implementation on
 prometheus-api-client (``PrometheusConnect``).
 
-prometheus-api-client, and the requests/urllib3 stack under it, are imported on first
-use, not when this module is imported: the action catalogue imports the adapters to
-learn their action names, and ``runbook --help`` must not pay for an HTTP client.
-
-Retries are ours, not urllib3's: the client's adapter is mounted with ``Retry(0)`` and
-``_call`` tries again on connection errors, timeouts and 5xx answers only, waiting
-``retry_backoff``, then twice that..., never past the caller's time budget. A 4xx is
-Prometheus refusing the query; asking again would get the same answer. Error bodies
-are read from the HTTP response itself (a session hook keeps the last one), so a
-rejected query carries Prometheus's own ``errorType`` and ``error`` text.
+The client and the requests/urllib3 stack under it are imported on first use, never when
+this module is: the catalogue imports the adapters, and ``runbook --help`` must not pay for
+an HTTP client.
 """
 
 from __future__ import annotations
@@ -25,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from adapters.actions import MAX_PAUSE, ActionError
 from adapters.prometheus.config import PrometheusConfig
-from adapters.prometheus.promql import format_value, parse_seconds, series_text
+from adapters.prometheus.promql import format_value, series_text
+from kit.durations import parse_duration
 
 if TYPE_CHECKING:
     import requests
@@ -235,7 +229,14 @@ class PrometheusApiBackend:
         return not stopping()
 
     def _call(self, fn: Callable[[Any, float], T], timeout: float | None) -> T:
-        """``fn(client, request_timeout)``, retried on no answer; errors as PrometheusError."""
+        """``fn(client, request_timeout)``, retried on no answer; errors as PrometheusError.
+
+        Retries are ours, not urllib3's (the client's adapter has ``Retry(0)``): on connection
+        errors, timeouts and 5xx answers only, waiting ``retry_backoff``, then twice that...,
+        never past the caller's time budget. A 4xx is Prometheus refusing the query; asking
+        again would get the same answer. Error bodies come from the HTTP response itself (a
+        session hook keeps the last one), so a rejected query carries Prometheus's own
+        ``errorType`` and ``error`` text."""
         import requests
         from prometheus_api_client.exceptions import PrometheusApiClientException
 
@@ -334,7 +335,7 @@ class PrometheusApiBackend:
 
     def query_range(self, promql: str, start: datetime | float, end: datetime | float,
                     step: float | str, *, timeout: float | None = None) -> list[Series]:
-        seconds = parse_seconds(step)
+        seconds = parse_duration(step)
         if seconds <= 0:
             raise PrometheusError("the step of a range query must be positive")
         begin, finish = _unix(start), _unix(end)

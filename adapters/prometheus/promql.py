@@ -1,15 +1,7 @@
-"""Small PromQL helpers with no dependencies: escaping, selectors, expectations, durations.
+"""Small PromQL helpers with no dependencies: escaping, selectors, expectations, series names.
 
-``escape_label_value`` is what templates must use to put a value (a node name from a
-chat message, a label from an alert) inside a double-quoted PromQL string: without it a
-value like ``gpu07"} or vector(1) #`` would change the query. Alertmanager's matcher
-syntax (``filter=node="gpu07"``) uses the same quoting, so its adapter uses it too.
-
-``Expectation`` is the ``expect:`` of a check or of ``prom.wait``: a comparison such as
-``== 0``, ``< 5`` or ``>= 1e3`` applied to a value. NaN satisfies nothing.
-
-``series_text`` names a series by its whole label set, the way PromQL writes it:
-``DCGM_FI_DEV_XID_ERRORS{Hostname="gpu01", gpu="3", instance="a:9400"}``.
+A value put into a query (a node name from a chat message, a label from an alert) always
+goes through ``escape_label_value``; nothing here talks to Prometheus.
 """
 
 from __future__ import annotations
@@ -25,7 +17,8 @@ _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 
 
 def escape_label_value(value: str) -> str:
-    """``value`` escaped for a double-quoted PromQL (or Alertmanager matcher) string.
+    """``value`` escaped for a double-quoted PromQL (or Alertmanager matcher) string:
+    without it a value like ``gpu07"} or vector(1) #`` would change the query.
 
     Backslash, double quote and newline are escaped (``\\\\``, ``\\"``, ``\\n``); the
     result goes between double quotes: ``f'node="{escape_label_value(node)}"'``.
@@ -84,7 +77,9 @@ _EXPECT = re.compile(r"^\s*(==|!=|<=|>=|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][
 
 @dataclass(frozen=True)
 class Expectation:
-    """A comparison against a constant: ``Expectation.parse("< 5")(3.0) is True``."""
+    """The ``expect:`` of a check or of ``prom.wait``, a comparison against a constant such
+    as ``== 0``, ``< 5`` or ``>= 1e3``: ``Expectation.parse("< 5")(3.0) is True``. NaN
+    satisfies nothing."""
 
     op: str
     threshold: float
@@ -104,40 +99,3 @@ class Expectation:
 
     def __str__(self) -> str:
         return f"{self.op} {self.threshold:g}"
-
-
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def parse_seconds(value: str | float) -> float:
-    """Seconds in a number or a duration like ``90s``, ``30m``, ``2h``, ``1h30m``, ``1d``."""
-    if isinstance(value, bool):
-        raise ValueError("a duration is a number of seconds or like 90s, 30m, 2h, 1h30m")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        raw, pos, seconds = value.strip(), 0, 0.0
-        for match in _PART.finditer(raw):
-            if match.start() != pos:
-                break
-            seconds += float(match.group(1)) * _UNITS[match.group(2)]
-            pos = match.end()
-        if not raw or pos != len(raw):
-            raise ValueError(f"{value[:40]!r} is not a duration: write a number of seconds "
-                             "or a number with a unit, like 90s, 30m, 2h or 1h30m")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError("a duration must be a finite, non-negative number of seconds")
-    return seconds
-
-
-def format_seconds(seconds: float) -> str:
-    """``2h``, ``1h30m``, ``45s``, ``1.5s``."""
-    if seconds < 60 and seconds != int(seconds):
-        return f"{seconds:.1f}s"
-    whole, parts = int(seconds), []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if whole >= size:
-            parts.append(f"{whole // size}{unit}")
-            whole %= size
-    return "".join(parts) or "0s"

@@ -1,14 +1,7 @@
 """Judging the series of an instant query against an ``expect``, each on its own.
 
-Every series is judged by itself, in the order Prometheus returned it, and named by its
-whole label set (``__name__`` included): series are never grouped by a few labels, so a
-failing series cannot hide behind a passing one that shares its host or GPU but differs
-in ``instance`` or a ``by()`` label. No series at all is not a pass.
-
-    verdict = judge(backend.query(query), Expectation.parse("== 0"))
-    verdict.passed           # some data, and every series satisfies expect
-    verdict.failing          # the series that do not, in order
-    listing(verdict.failing) # 'X{gpu="3", instance="a:9400"} 79, ... and 4 more'
+Series are never grouped by a few labels, so a failing series cannot hide behind a passing
+one that shares its host or GPU; no series at all is not a pass.
 """
 
 from __future__ import annotations
@@ -39,6 +32,14 @@ class Verdict:
 
 
 def judge(samples: Iterable[Sample], expect: Expectation) -> Verdict:
+    """Every series judged by itself, in the order Prometheus returned it, and named by its
+    whole label set (``__name__`` included):
+
+        verdict = judge(backend.query(query), Expectation.parse("== 0"))
+        verdict.passed           # some data, and every series satisfies expect
+        verdict.failing          # the series that do not, in order
+        listing(verdict.failing) # 'X{gpu="3", instance="a:9400"} 79, ... and 4 more'
+    """
     every = tuple(samples)
     return Verdict(expect, every, tuple(s for s in every if not expect(s.value)))
 

@@ -15,8 +15,8 @@ from adapters.slurm.actions import (
     RunOnNodeAction,
     SlurmActions,
     WaitIdleAction,
-    slurm_actions,
 )
+from adapters.slurm.adapter import ADAPTER
 from adapters.slurm.backend import (
     AccountUsage,
     Job,
@@ -32,6 +32,7 @@ from adapters.slurm.pyslurm_backend import PyslurmBackend, make_backend
 
 __all__ = [
     "ACTION_CLASSES",
+    "ADAPTER",
     "AccountUsage",
     "CliBackend",
     "DrainAction",
@@ -52,5 +53,4 @@ __all__ = [
     "SlurmctldUnreachable",
     "WaitIdleAction",
     "make_backend",
-    "slurm_actions",
 ]

@@ -1,9 +1,8 @@
-"""The ``slurm.*`` actions: drain, resume, wait_idle, reservations, reboot, run_on_node, node_info.
+"""The ``slurm.*`` actions: drain, resume, wait_idle, reservations, reboot, run_on_node,
+node_info; ``plan()`` shows the scontrol/srun lines an on-call engineer would type.
 
-Each reads the cluster first and changes only what still needs changing, so running a
-step twice equals running it once (``ActionResult.changed`` says whether anything
-changed). ``plan()`` shows the scontrol/srun lines an on-call engineer would type.
-Batches are one scontrol call: ``scontrol update NodeName=gpu[01-64] State=DRAIN ...``.
+Each reads the cluster first and changes only what still needs changing, one scontrol call
+per batch (``scontrol update NodeName=gpu[01-64] State=DRAIN ...``), never one per node.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from adapters.actions import (
-    Action,
     ActionBase,
     ActionContext,
     ActionError,
@@ -31,16 +29,9 @@ from adapters.slurm import commands
 from adapters.slurm.backend import REBOOT_FLAGS, NodeInfo, SlurmBackend, SlurmError
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.hostlist import compress, expand
+from kit.durations import format_duration
 
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
-
-
-def _human(seconds: float) -> str:
-    seconds = round(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def _check_text(value: str) -> str:
@@ -143,13 +134,7 @@ class NodeInfoArguments(_NodesArguments):
     pass
 
 
-class _SlurmAction(ActionBase):
-    def __init__(self, backend: SlurmBackend, config: SlurmConfig | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.backend = backend
-        self.config = config or SlurmConfig()
-        self._sleep = sleep
-
+class _SlurmAction(ActionBase[SlurmBackend, SlurmConfig]):
     def _read(self, names: list[str], with_jobs: bool = True) -> list[NodeInfo]:
         found = self.backend.nodes(names, with_jobs=with_jobs)
         missing = sorted(set(names) - {node.name for node in found})
@@ -172,7 +157,7 @@ class _SlurmAction(ActionBase):
             if time.monotonic() >= deadline:
                 raise ActionTimeout(
                     f"{compress([n.name for n in pending])} still not {what} after "
-                    f"{_human(limit)}: " + "; ".join(n.describe() for n in pending[:10])
+                    f"{format_duration(limit)}: " + "; ".join(n.describe() for n in pending[:10])
                 )
             ctx.checkpoint(f"waiting for {compress([n.name for n in pending])} to be {what}")
             self._sleep(max(0.05, ctx.pause(min(poll, deadline - time.monotonic()))))
@@ -207,7 +192,7 @@ class ResumeAction(_SlurmAction):
         lines = [commands.show(commands.update_nodes(args.names, "RESUME", None))]
         if args.wait:
             lines.append(f"wait until {args.hostlist} respond (at most "
-                         f"{_human(args.wait_timeout)})")
+                         f"{format_duration(args.wait_timeout)})")
         return lines
 
     def run(self, args: ResumeArguments, ctx: ActionContext) -> ActionResult:
@@ -247,7 +232,7 @@ class WaitIdleAction(_SlurmAction):
         if args.requeue:
             lines.append(f"scontrol requeue <jobs running on {args.hostlist}>")
         lines.append(f"wait until no job runs on {args.hostlist} (squeue; at most "
-                     f"{_human(args.timeout)})")
+                     f"{format_duration(args.timeout)})")
         return lines
 
     def run(self, args: WaitIdleArguments, ctx: ActionContext) -> ActionResult:
@@ -274,7 +259,7 @@ class WaitIdleAction(_SlurmAction):
                     ctx.progress(f"requeued {', '.join(map(str, fresh))} on {args.hostlist}")
             if time.monotonic() >= deadline:
                 raise ActionTimeout(
-                    f"jobs still running on {args.hostlist} after {_human(args.timeout)}: "
+                    f"jobs still running on {args.hostlist} after {format_duration(args.timeout)}: "
                     + "; ".join(job.describe() for job in running[:20])
                     + (f" and {len(running) - 20} more" if len(running) > 20 else "")
                     + " (retry with a longer timeout, requeue: true, or scancel them)"
@@ -322,7 +307,7 @@ class ReservationCreateAction(_SlurmAction):
         if created is not None:
             details.update(start=created.start, end=created.end, flags=sorted(created.flags))
         return ActionResult(
-            f"reservation {args.name} on {args.hostlist} for {_human(args.duration)} "
+            f"reservation {args.name} on {args.hostlist} for {format_duration(args.duration)} "
             f"({','.join(args.flags)})", details)
 
 
@@ -349,7 +334,7 @@ class RebootAction(_SlurmAction):
         lines = [commands.show(commands.reboot(args.names, args.nextstate, args.reason))]
         if args.wait:
             lines.append(f"wait until {args.hostlist} rebooted and respond (at most "
-                         f"{_human(args.wait_timeout)})")
+                         f"{format_duration(args.wait_timeout)})")
         return lines
 
     def run(self, args: RebootArguments, ctx: ActionContext) -> ActionResult:
@@ -448,30 +433,15 @@ ACTION_CLASSES: tuple[type[_SlurmAction], ...] = (
 )
 
 
-class SlurmActions(ActionSet):
+class SlurmActions(ActionSet[SlurmBackend, SlurmConfig]):
     """Every ``slurm.*`` action over one backend: ``SlurmActions(backend, config).all()``."""
 
     action_classes = ACTION_CLASSES
-
-    def __init__(self, backend: SlurmBackend, config: SlurmConfig | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.backend = backend
-        self.config = config or SlurmConfig()
-        self._sleep = sleep
-
-
-
-def slurm_actions(config: SlurmConfig, backend: SlurmBackend | None = None) -> list[Action]:
-    """The ``slurm.*`` actions for a configuration (backend from ``make_backend``)."""
-    if backend is None:
-        from adapters.slurm.pyslurm_backend import make_backend
-
-        backend = make_backend(config)
-    return SlurmActions(backend, config).all()
+    default_config = SlurmConfig
 
 
 __all__ = [
     "ACTION_CLASSES", "DrainAction", "NodeInfoAction", "RebootAction",
     "ReservationCreateAction", "ReservationDeleteAction", "ResumeAction", "RunOnNodeAction",
-    "SlurmActions", "WaitIdleAction", "slurm_actions",
+    "SlurmActions", "WaitIdleAction",
 ]

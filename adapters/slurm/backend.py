@@ -134,10 +134,6 @@ class SlurmError(ActionError):
             text += f": {self.stderr}"
         super().__init__(text)
 
-    @property
-    def command_line(self) -> str:
-        return shlex.join(self.argv)
-
 
 class SlurmctldUnreachable(SlurmError):
     """slurmctld does not answer: nothing can be read or changed until it runs again."""

@@ -1,12 +1,7 @@
-"""The default backend: Slurm's own client programs, run as argument lists.
+"""The default Slurm backend: Slurm's own client programs, run as argument lists.
 
-Reads use ``--json`` (``sinfo``/``squeue``/``sacct`` on 22.05; ``scontrol show nodes
---json`` for nodes on 23.02+, whose ``sinfo --json`` groups nodes), changes use
-``scontrol``, reservations are read from ``scontrol show reservation -o`` text (22.05
-has no JSON for them). Every call gets a clean environment (``adapters.environment``:
-none of the bot's secrets) with ``SLURM_CONF`` (when configured), a timeout, stdin from
-/dev/null and captured output. srun runs with an explicit ``--export=`` list, so nothing
-else of the bot's environment reaches a compute node either.
+Every call gets a clean environment (none of the bot's secrets; ``SLURM_CONF`` when
+configured), a timeout and stdin from /dev/null; never a shell.
 """
 
 from __future__ import annotations
@@ -70,7 +65,14 @@ def run_process(
 
 
 class CliBackend:
-    """``SlurmBackend`` over sinfo/squeue/sacct/scontrol/srun."""
+    """``SlurmBackend`` over sinfo/squeue/sacct/scontrol/srun.
+
+    Reads use ``--json`` (``sinfo``/``squeue``/``sacct`` on 22.05; ``scontrol show nodes
+    --json`` on 23.02+, whose ``sinfo --json`` groups nodes); changes use ``scontrol``;
+    reservations are read from ``scontrol show reservation -o`` text (22.05 has no JSON for
+    them). srun runs with an explicit ``--export=`` list, so nothing else of the bot's
+    environment reaches a compute node either.
+    """
 
     def __init__(self, config: SlurmConfig, runner: Runner | None = None) -> None:
         self.config = config

@@ -1,10 +1,7 @@
 """``slurm.health_check``: check a node inside its maintenance reservation.
 
-srun cannot start anything on a drained node, even inside a MAINT reservation,
-so the node is resumed first: the reservation (which must exist and hold the
-node) keeps every other job off it. If the check fails, the node is drained
-again with the check's verdict as the reason, so it never goes back into
-service unchecked, and the step fails with the output's tail.
+A node whose check fails (or cannot run) is drained again with the verdict as the reason:
+it never goes back into service unchecked.
 """
 
 from __future__ import annotations
@@ -30,6 +27,10 @@ class HealthCheckArguments(StrictArguments):
 
 
 class HealthCheckAction(_SlurmAction):
+    """srun cannot start anything on a drained node, even inside a MAINT reservation, so the
+    node is resumed first: the reservation (which must exist and hold the node) keeps every
+    other job off it. A failed check fails the step with the output's tail."""
+
     name: ClassVar[str] = "slurm.health_check"
     Arguments: ClassVar[type[StrictArguments]] = HealthCheckArguments
 

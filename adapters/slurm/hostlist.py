@@ -1,11 +1,7 @@
 """Slurm hostlist expressions, in pure Python: ``gpu[01-04,07]`` <-> ``gpu01 gpu02 ...``.
 
-``expand("gpu[01-02],cpu7")`` gives ``["gpu01", "gpu02", "cpu7"]``; ``compress`` does the
-reverse (``["gpu01", "gpu02", "gpu04"]`` -> ``"gpu[01-02,04]"``). Zero padding is kept:
-the width of a range is the width of its lower bound, as in Slurm. Only names made of
-``[A-Za-z0-9._-]``, brackets, commas and ranges are accepted, and an expression may
-expand to at most ``MAX_NAMES`` names, so a typo like ``gpu[1-99999999]`` is refused
-rather than eating memory.
+Only names of ``[A-Za-z0-9._-]``, brackets, commas and ranges are accepted, and at most
+``MAX_NAMES`` of them, so a typo like ``gpu[1-99999999]`` is refused rather than eating memory.
 """
 
 from __future__ import annotations
@@ -20,10 +16,13 @@ _NAME_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
 _EXPR_CHARS = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _TRAILING_DIGITS = re.compile(r"^(.*?)(\d+)$")
+_Group = tuple[str, int]  # names sharing a prefix and the width of their numbers
 
 
 def expand(expression: str) -> list[str]:
-    """All names of a hostlist expression, in order, without duplicates."""
+    """All names of a hostlist expression, in order, without duplicates:
+    ``expand("gpu[01-02],cpu7")`` gives ``["gpu01", "gpu02", "cpu7"]``. Zero padding is kept:
+    the width of a range is the width of its lower bound, as in Slurm."""
     text = expression.strip()
     if not text:
         raise ValueError("empty hostlist: give node names like gpu07 or gpu[01-04,07]")
@@ -120,7 +119,25 @@ def _expand_range_list(inner: str, expression: str) -> list[str]:
 
 
 def compress(names: Iterable[str]) -> str:
-    """The shortest usual hostlist for ``names`` (sorted per prefix, duplicates dropped)."""
+    """The shortest usual hostlist for ``names`` (sorted per prefix, duplicates dropped):
+    ``["gpu01", "gpu02", "gpu04"]`` gives ``"gpu[01-02,04]"``."""
+    order, groups = _group(_unique(names))
+    parts = []
+    for entry in order:
+        if isinstance(entry, str):
+            parts.append(entry)
+            continue
+        prefix, width = entry
+        numbers = sorted(set(groups[entry]))
+        if len(numbers) == 1:
+            parts.append(prefix + str(numbers[0]).zfill(width))
+        else:
+            parts.append(f"{prefix}[{','.join(_ranges(numbers, width))}]")
+    return ",".join(parts)
+
+
+def _unique(names: Iterable[str]) -> list[str]:
+    """The names in order without duplicates; ValueError for an invalid name or none."""
     unique: list[str] = []
     seen: set[str] = set()
     for name in names:
@@ -131,10 +148,15 @@ def compress(names: Iterable[str]) -> str:
             unique.append(name)
     if not unique:
         raise ValueError("cannot compress an empty list of node names")
+    return unique
 
+
+def _group(names: list[str]) -> tuple[list[_Group | str], dict[_Group, list[int]]]:
+    """Names by (prefix, width of the trailing number; 0: not zero-padded), in order of first
+    appearance; a name without a trailing number stands alone (a str in the order)."""
     split: list[tuple[str, str | None]] = []
     padded_widths: dict[str, set[int]] = {}
-    for name in unique:
+    for name in names:
         match = _TRAILING_DIGITS.match(name)
         if match is None:
             split.append((name, None))
@@ -143,10 +165,8 @@ def compress(names: Iterable[str]) -> str:
         split.append((prefix, digits))
         if len(digits) > 1 and digits.startswith("0"):
             padded_widths.setdefault(prefix, set()).add(len(digits))
-
-    # Group key: (prefix, width); width 0 means "no padding".
-    groups: dict[tuple[str, int], list[int]] = {}
-    order: list[tuple[str, int] | str] = []
+    groups: dict[_Group, list[int]] = {}
+    order: list[_Group | str] = []
     for prefix, digits in split:
         if digits is None:
             order.append(prefix)
@@ -158,34 +178,19 @@ def compress(names: Iterable[str]) -> str:
             groups[key] = []
             order.append(key)
         groups[key].append(int(digits))
+    return order, groups
 
-    parts: list[str] = []
-    for entry in order:
-        if isinstance(entry, str):
-            parts.append(entry)
+
+def _ranges(numbers: list[int], width: int) -> list[str]:
+    """Sorted numbers as ranges: [1, 2, 3, 5] -> ["1-3", "5"] (zero-padded to ``width``)."""
+    ranges: list[str] = []
+    start = previous = numbers[0]
+    for number in [*numbers[1:], None]:
+        if number is not None and number == previous + 1:
+            previous = number
             continue
-        prefix, width = entry
-        numbers = sorted(set(groups[entry]))
-        if len(numbers) == 1:
-            parts.append(prefix + str(numbers[0]).zfill(width))
-            continue
-        ranges: list[str] = []
-        start = previous = numbers[0]
-        for number in [*numbers[1:], None]:
-            if number is not None and number == previous + 1:
-                previous = number
-                continue
-            low, high = str(start).zfill(width), str(previous).zfill(width)
-            ranges.append(low if start == previous else f"{low}-{high}")
-            if number is not None:
-                start = previous = number
-        parts.append(f"{prefix}[{','.join(ranges)}]")
-    return ",".join(parts)
-
-
-def is_hostlist(expression: str) -> bool:
-    try:
-        expand(expression)
-    except ValueError:
-        return False
-    return True
+        low, high = str(start).zfill(width), str(previous).zfill(width)
+        ranges.append(low if start == previous else f"{low}-{high}")
+        if number is not None:
+            start = previous = number
+    return ranges

@@ -1,20 +1,13 @@
-"""Parsers for what Slurm clients print, for Slurm 22.05 and 24.11.
+"""Parsers for what Slurm's clients print (22.05 and 24.11): JSON from sinfo, squeue, sacct
+and scontrol, and the one-line ``Key=Value`` text of ``scontrol show ... -o``.
 
-- 22.05 (openapi/v0.0.38): ``sinfo --json`` has ``nodes`` with ``state`` a lower-case
-  string and flags in ``state_flags``; ``squeue --json`` jobs carry ``job_state`` as a
-  string; numbers are plain.
-- 23.02+ / 24.11 (data_parser v0.0.40+): ``scontrol show nodes --json`` has ``nodes``
-  whose ``state`` is a list (``["IDLE", "DRAIN"]``); ``job_state`` is a list; many
-  numbers are ``{"set": true, "infinite": false, "number": N}`` objects. The 24.11
-  shapes here come from the documented format and hand-made fixtures, not from a
-  real 24.11 cluster.
-- ``scontrol show reservation -o``: one ``Key=Value`` line per reservation (all versions).
+Pure functions of the text: nothing here runs a program.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -138,7 +131,14 @@ def json_errors(data: Mapping[str, Any]) -> list[str]:
 
 
 def parse_nodes(data: Mapping[str, Any]) -> list[NodeInfo]:
-    """Nodes from ``sinfo --json`` (22.05) or ``scontrol show nodes --json`` (23.02+)."""
+    """Nodes from ``sinfo --json`` (22.05) or ``scontrol show nodes --json`` (23.02+).
+
+    22.05 (openapi/v0.0.38) writes ``state`` as a lower-case string with flags in
+    ``state_flags``, and plain numbers. 23.02+ (data_parser v0.0.40+) writes ``state`` as a
+    list (``["IDLE", "DRAIN"]``) and many numbers as ``{"set", "infinite", "number"}``
+    objects; its ``sinfo --json`` groups nodes (``parse_sinfo_record``). The 24.11 shapes
+    come from the documented format and hand-made fixtures, not from a real 24.11 cluster.
+    """
     nodes: dict[str, NodeInfo] = {}
     for record in data.get("nodes") or []:
         node = parse_node(record)
@@ -247,10 +247,6 @@ def parse_version(output: str) -> tuple[int, int]:
     if not match:
         raise ValueError(f"cannot read a Slurm version from {output.strip()!r}")
     return int(match.group(1)), int(match.group(2))
-
-
-def flatten(values: Iterable[Iterable[str]]) -> list[str]:
-    return [value for group in values for value in group]
 
 
 _REASON_TAG = re.compile(r"^(.*?)\s*\[([^@\]]+)@([0-9T:-]+)\]$")

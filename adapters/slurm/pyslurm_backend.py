@@ -1,14 +1,7 @@
 """The ``pyslurm`` backend, and ``make_backend`` which picks a backend from the configuration.
 
-pyslurm must be built against the cluster's exact Slurm release: PyPI carries only
-pyslurm 25.11.x (plus 17.x/18.x), and its build refuses any other Slurm ("Slurm version
-mismatch: requires Slurm 25.11, found 22.5"). So this backend imports pyslurm lazily and
-says precisely what is missing or mismatched.
-
-Implemented through pyslurm: ``nodes`` and ``jobs`` (written against pyslurm's 23.x+
-object API, not run here: no matching pyslurm can be installed next to Slurm 22.05).
-Every other operation raises ``SlurmError("... not supported by the pyslurm backend")``;
-use ``backend: cli`` for them.
+pyslurm is imported lazily, and a missing or mismatched one says precisely what is wrong;
+everything but reading nodes and jobs is refused (``backend: cli`` does it).
 """
 
 from __future__ import annotations
@@ -59,7 +52,14 @@ def load_pyslurm(cluster_version: tuple[int, int] | None) -> Any:
 
 
 class PyslurmBackend:
-    """``SlurmBackend`` reads through pyslurm; changes are not supported (see module doc)."""
+    """``SlurmBackend`` reads (``nodes``, ``jobs``) through pyslurm; every other operation
+    raises ``SlurmError("... not supported by the pyslurm backend")``.
+
+    pyslurm must be built against the cluster's exact Slurm release: PyPI carries only
+    pyslurm 25.11.x (plus 17.x/18.x), and its build refuses any other Slurm ("Slurm version
+    mismatch: requires Slurm 25.11, found 22.5"). The reads are written against pyslurm's
+    23.x+ object API and not run here: no matching pyslurm installs next to Slurm 22.05.
+    """
 
     def __init__(self, config: SlurmConfig) -> None:
         self.config = config

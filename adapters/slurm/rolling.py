@@ -1,19 +1,7 @@
 """``slurm.driver_rollout``: change the GPU driver node by node, at most N at a time.
 
-Per node, in order: drain (running jobs finish), wait until idle, reserve the
-node for maintenance (MAINT, IGNORE_JOBS), resume it inside the reservation (so
-jobs can run there but nobody else's), run the site's driver command with the
-target version through srun, ``scontrol reboot ASAP nextstate=RESUME``, wait
-until the node is back, run the health check, read the driver version back, and
-delete the reservation. A node that fails any of this is drained again with a
-reason that says what failed, and no further node is started (nodes already in
-flight finish). Commands are the configured ones (``SlurmConfig.commands``).
-
-A stop (cancel, lost claim, the step's timeout) is looked at before every change and at
-least every second while waiting: the nodes in flight are left drained (their driver is
-in an unknown state), no further node is started, and the step ends with ActionStopped.
-A running srun (the install, health or version command) is not interrupted: the stop is
-seen once it returns.
+A node that fails, or is in flight when the step must stop, is left drained with a reason
+that says why; no further node is started after either.
 """
 
 from __future__ import annotations
@@ -29,10 +17,12 @@ from typing import ClassVar
 from pydantic import Field
 
 from adapters.actions import (
+    ActionBase,
     ActionContext,
     ActionError,
     ActionResult,
     ActionStopped,
+    Seconds,
     StrictArguments,
 )
 from adapters.host import allowed_argv
@@ -52,8 +42,8 @@ class RolloutArguments(StrictArguments):
     install_command: str = "driver-install"
     version_command: str = "driver-version"
     health_command: str = "health-check"
-    node_timeout: float = Field(default=3600, gt=0)
-    poll: float = Field(default=1.0, gt=0, le=60)
+    node_timeout: Seconds = 3600.0
+    poll: Seconds = Field(default=1.0, le=60)
 
 
 @dataclass
@@ -71,19 +61,25 @@ class _Run:
                           f"{len(hostlist.expand(self.args.nodes))})")
 
 
-class DriverRolloutAction:
+class DriverRolloutAction(ActionBase[SlurmBackend, SlurmConfig]):
+    """Per node, in order: drain (running jobs finish), wait until idle, reserve the node for
+    maintenance (MAINT, IGNORE_JOBS), resume it inside the reservation (so jobs can run there
+    but nobody else's), run the site's driver command with the target version through srun,
+    ``scontrol reboot ASAP nextstate=RESUME``, wait until the node is back, run the health
+    check, read the driver version back, and delete the reservation. Commands are the
+    configured ones (``SlurmConfig.commands``); nodes already in flight when one fails finish.
+
+    A stop (cancel, lost claim, the step's timeout) is looked at before every change and at
+    least every second while waiting: the nodes in flight are left drained (their driver is
+    in an unknown state) and the step ends with ActionStopped. A running srun (the install,
+    health or version command) is not interrupted: the stop is seen once it returns.
+    """
+
     name: ClassVar[str] = "slurm.driver_rollout"
     Arguments: ClassVar[type[StrictArguments]] = RolloutArguments
 
-    def __init__(self, backend: SlurmBackend, config: SlurmConfig,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self._backend = backend
-        self._config = config
-        self._sleep = sleep
-        self._poll = 1.0
-
     def _argv(self, name: str, extra: list[str]) -> list[str]:
-        return allowed_argv(self._config.commands, name, extra, "node command",
+        return allowed_argv(self.config.commands, name, extra, "node command",
                             "slurm.commands")[1]
 
     def plan(self, args: RolloutArguments) -> list[str]:
@@ -108,7 +104,6 @@ class DriverRolloutAction:
         nodes = hostlist.expand(args.nodes)
         for name in (args.install_command, args.health_command, args.version_command):
             self._argv(name, [])  # fail before touching any node
-        self._poll = args.poll
         state = _Run(args, ctx)
         with ThreadPoolExecutor(args.max_parallel, thread_name_prefix="rollout") as pool:
             for future in [pool.submit(self._node, state, node) for node in nodes]:
@@ -138,28 +133,28 @@ class DriverRolloutAction:
         deadline = min(time.monotonic() + args.node_timeout, ctx.deadline)
         res = _reservation(node)
         try:
-            self._backend.update_nodes([node], "DRAIN", f"{args.reason} -> {args.version}")
-            self._wait(ctx, lambda: not [j for j in self._backend.jobs([node]) if j.active],
+            self.backend.update_nodes([node], "DRAIN", f"{args.reason} -> {args.version}")
+            self._wait(state, lambda: not [j for j in self.backend.jobs([node]) if j.active],
                        deadline, f"{node}: its jobs to end")
             ctx.checkpoint(f"{node}: reserving it")
-            if not any(r.name == res for r in self._backend.reservations()):
-                self._backend.create_reservation(res, [node], "now", args.node_timeout, MAINT,
-                                                 ["root"])
-            self._backend.update_nodes([node], "RESUME", None)
-            self._wait(ctx, lambda: self._responding(node), deadline, f"{node}: to answer")
+            if not any(r.name == res for r in self.backend.reservations()):
+                self.backend.create_reservation(res, [node], "now", args.node_timeout, MAINT,
+                                                ["root"])
+            self.backend.update_nodes([node], "RESUME", None)
+            self._wait(state, lambda: self._responding(node), deadline, f"{node}: to answer")
             ctx.checkpoint(f"{node}: installing driver {args.version}")
             self._srun(node, res, args.install_command, [args.version], deadline)
             ctx.checkpoint(f"{node}: rebooting it")
-            self._backend.reboot([node], "RESUME", f"{args.reason} -> {args.version}")
+            self.backend.reboot([node], "RESUME", f"{args.reason} -> {args.version}")
             self._sleep(ctx.pause(args.poll))
-            self._wait(ctx, lambda: self._responding(node), deadline, f"{node}: to come back")
+            self._wait(state, lambda: self._responding(node), deadline, f"{node}: to come back")
             ctx.checkpoint(f"{node}: checking it")
             self._srun(node, res, args.health_command, [], deadline)
             seen = self._srun(node, res, args.version_command, [], deadline).strip()
             first = seen.splitlines()[0].strip() if seen else ""
             if first != args.version:
                 raise ActionError(f"reports driver {first or 'nothing'}, not {args.version}")
-            self._backend.delete_reservation(res)
+            self.backend.delete_reservation(res)
             state.record(node, f"on driver {args.version}")
         except ActionStopped as exc:
             state.stop.set()
@@ -173,34 +168,35 @@ class DriverRolloutAction:
 
     def _leave_drained(self, node: str, res: str, reason: str) -> None:
         try:
-            self._backend.update_nodes([node], "DRAIN", reason[:200])
-            if any(r.name == res for r in self._backend.reservations()):
-                self._backend.delete_reservation(res)
+            self.backend.update_nodes([node], "DRAIN", reason[:200])
+            if any(r.name == res for r in self.backend.reservations()):
+                self.backend.delete_reservation(res)
         except ActionError:
             pass  # the node's failure is already reported; this is best effort
 
     def _srun(self, node: str, res: str, command: str, extra: list[str], deadline: float) -> str:
         argv = self._argv(command, extra)
-        timeout = max(1.0, min(self._config.commands[command].timeout,
+        timeout = max(1.0, min(self.config.commands[command].timeout,
                                deadline - time.monotonic()))
-        code, out, err = self._backend.run_on_node(node, res, argv, timeout,
-                                                   self._config.commands[command].env)
+        code, out, err = self.backend.run_on_node(node, res, argv, timeout,
+                                                  self.config.commands[command].env)
         if code != 0:
             raise ActionError(f"{command} failed: {verdict(out, err, code)}")
         return out
 
     def _responding(self, node: str) -> bool:
-        info = self._backend.nodes([node], with_jobs=False)
+        info = self.backend.nodes([node], with_jobs=False)
         return bool(info) and info[0].responding and not (REBOOT_FLAGS & info[0].flags) and (
             "DRAIN" not in info[0].flags)
 
-    def _wait(self, ctx: ActionContext, condition: Callable[[], bool], deadline: float,
+    def _wait(self, state: _Run, condition: Callable[[], bool], deadline: float,
               what: str) -> None:
+        ctx = state.ctx
         while not condition():
             if time.monotonic() >= deadline:
                 raise ActionError(f"timed out waiting for {what}")
             ctx.checkpoint(f"waiting for {what}")
-            self._sleep(ctx.pause(min(self._poll, deadline - time.monotonic())))
+            self._sleep(ctx.pause(min(state.args.poll, deadline - time.monotonic())))
 
 
 def _reservation(node: str) -> str:

@@ -1,11 +1,7 @@
-"""Alerts become runbook proposals.
+"""Alerts become runbook proposals (Alertmanager's webhook, version 4, on ``POST /alerts``).
 
-Alertmanager posts its webhook (version 4) to ``POST /alerts``. Each firing alert
-that matches an ``alert_rules`` entry proposes that runbook with parameters taken
-from the alert's labels; the proposal waits for a person (Run or Dismiss) unless
-the rule says ``auto_run`` and the runbook is risk low. The same alert
-(fingerprint) is not proposed twice while its proposal is open; a resolved alert
-updates its proposal. A bad payload is refused whole, with the reason.
+A proposal runs nothing by itself: it waits for a person (Run or Dismiss) unless its rule
+says ``auto_run`` and the runbook is risk low; running it is an ordinary request.
 """
 
 from __future__ import annotations
@@ -24,6 +20,7 @@ from bot.service import Service
 from bot.store import audit
 from bot.store.db import now_iso
 from bot.store.schema import executions, proposals
+from bot.store.words import Kind
 from kit.canonical import canonical
 from kit.errors import Refused
 
@@ -78,7 +75,13 @@ def parse(body: bytes) -> Webhook:
 
 
 def receive(bot: Service, webhook: Webhook) -> list[Proposal]:
-    """Record what the alerts propose; returns the proposals created or updated."""
+    """Record what the alerts propose; returns the proposals created or updated.
+
+    Each firing alert that matches an ``alert_rules`` entry proposes that runbook with
+    parameters taken from the alert's labels. The same alert (fingerprint) is not proposed
+    twice while its proposal is open; a resolved alert updates its proposal. A bad payload
+    is refused whole, with the reason, before this (``parse``, BadPayload).
+    """
     touched = []
     for alert in webhook.alerts:
         rule = _rule_for(bot, alert.labels)
@@ -125,7 +128,8 @@ def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule) -> Proposal | N
         plan = None
     with bot.db.begin() as conn:
         proposal_id = _insert(conn, alert, rule, params, state, note)
-        audit.append(conn, "proposed" if state == "open" else "proposal_refused", ALERT_USER, {
+        kind = Kind.PROPOSED if state == "open" else Kind.PROPOSAL_REFUSED
+        audit.append(conn, kind, ALERT_USER, {
             "proposal": proposal_id, "alert": alert.labels.get("alertname"),
             "fingerprint": alert.fingerprint, "runbook": rule.runbook, "params": params,
             "reason": note})
@@ -165,7 +169,7 @@ def _resolve(bot: Service, alert: WebhookAlert) -> Proposal | None:
         if row is None:
             return None
         _set(conn, row.id, alert_status="resolved")
-        audit.append(conn, "alert_resolved", ALERT_USER,
+        audit.append(conn, Kind.ALERT_RESOLVED, ALERT_USER,
                      {"proposal": row.id, "fingerprint": alert.fingerprint})
     return get(bot, row.id)
 
@@ -200,7 +204,7 @@ def run(bot: Service, proposal_id: int, user: str, *, configured: bool = False) 
                                configured=configured)
     with bot.db.begin() as conn:
         _set(conn, proposal_id, state="started", execution_id=execution_id)
-        audit.append(conn, "proposal_started", user,
+        audit.append(conn, Kind.PROPOSAL_STARTED, user,
                      {"proposal": proposal_id, "execution": execution_id}, execution_id)
     return execution_id
 
@@ -211,8 +215,8 @@ def dismiss(bot: Service, proposal_id: int, user: str, reason: str | None) -> Pr
         raise Refused(f"proposal {proposal_id} is {proposal.state}, not open")
     with bot.db.begin() as conn:
         _set(conn, proposal_id, state="dismissed", note=reason)
-        audit.append(conn, "proposal_dismissed", user, {"proposal": proposal_id,
-                                                         "reason": reason})
+        audit.append(conn, Kind.PROPOSAL_DISMISSED, user, {"proposal": proposal_id,
+                                                            "reason": reason})
     return get(bot, proposal_id)
 
 

@@ -1,22 +1,27 @@
-"""Assembling a bot from its configuration: which adapters, actions and check sources it has.
+"""Assembling a bot from its configuration: its adapters, actions, inventory and check kinds.
 
-The one place that turns configuration sections into adapter objects; everything
-else receives them ready-made (tests hand over their own).
+The one place that turns configuration sections into adapter objects (through the
+adapters' registry); everything else receives them ready-made (tests hand over their own).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine
 
 from adapters.actions import Action
+from adapters.registry import registered
 from bot.config import Config
+from bot.execution.checks.capacity import CapacityEvaluator
 from bot.execution.checks.core import Checks, CommandEvaluator, Evaluator, FileEvaluator
+from bot.execution.checks.monitoring import AlertsEvaluator, PromqlEvaluator
+from bot.execution.checks.slurm import SlurmEvaluator
 from bot.execution.confirming import DatabaseConfirmations
 from bot.runbooks.catalogue import KNOWN, Catalogue, standard_actions
-from bot.runbooks.inventory import InventorySources, Lister, build
+from bot.runbooks.inventory import InventorySources, build
 from bot.runbooks.params import Inventory
 
 
@@ -26,99 +31,61 @@ class Assembly:
     checks: Checks
     inventory: Inventory
     warnings: list[str]
-    backends: dict[str, Any]  # slurm, kubernetes, prometheus: for read-only views
+    backends: dict[str, Any]  # by adapter name (slurm, kubernetes, prometheus...): for views
 
 
-def assemble(config: Config, engine: Engine) -> Assembly:
-    actions: list[Action] = standard_actions(config, DatabaseConfirmations(engine))
+# Check kinds that read a system: the kind, and how to make its evaluator from the built
+# backends (None when what it reads is not configured). Add a check kind here.
+_CheckMaker = Callable[[Config, Mapping[str, Any], Inventory], Evaluator | None]
+CHECK_KINDS: dict[str, _CheckMaker] = {
+    "slurm": lambda config, b, inventory: (
+        SlurmEvaluator(b["slurm"]) if "slurm" in b else None),
+    "promql": lambda config, b, inventory: (
+        PromqlEvaluator(b["prometheus"]) if "prometheus" in b else None),
+    "alerts": lambda config, b, inventory: (
+        AlertsEvaluator(b["alertmanager"], b.get("prometheus")) if "alertmanager" in b else None),
+    "capacity": lambda config, b, inventory: (
+        CapacityEvaluator(inventory, b.get("slurm"), b.get("kubernetes"),
+                          config.inventory.kubernetes_selector,
+                          site_floors=config.guards.min_free_gpus)
+        if "slurm" in b or "kubernetes" in b else None),
+}
+
+
+def assemble(config: Config, db: Engine) -> Assembly:
+    actions: list[Action] = standard_actions(config, DatabaseConfirmations(db))
+    backends: dict[str, Any] = {}
+    for adapter in registered():
+        section = getattr(config, adapter.section, None)
+        if section is None:
+            continue
+        built = adapter.build(section, backends)
+        actions.extend(built.actions)
+        if built.backend is not None:
+            backends[adapter.name] = built.backend
+    sources = _inventory_sources(config, backends)
+    inventory = build(config.inventory, sources)
     evaluators: dict[str, Evaluator] = {
         "command": CommandEvaluator(config.host_commands),
         "file": FileEvaluator(),
     }
-    if config.mariadb is not None:
-        from adapters.mariadb import mariadb_actions
-
-        actions.extend(mariadb_actions(config.mariadb))
-    sources = InventorySources()
-    slurm_backend: Any = None
-    k8s_backend: Any = None
-    if config.slurm is not None:
-        actions_, evaluator, lister, slurm_backend = _slurm(config)
-        actions.extend(actions_)
-        evaluators["slurm"] = evaluator
-        if config.inventory.discover:
-            sources.slurm = lister
-    if config.kubernetes is not None:
-        actions_k8s, lister, k8s_backend = _kubernetes(config)
-        actions.extend(actions_k8s)
-        if config.inventory.discover:
-            sources.kubernetes = lister
-    if config.etcd is not None:
-        from adapters.etcd.actions import etcd_actions
-
-        actions.extend(etcd_actions(config.etcd))
-    prometheus = None
-    if config.prometheus is not None:
-        from adapters.prometheus import PrometheusActions, PrometheusApiBackend
-        from bot.execution.checks.monitoring import PromqlEvaluator
-
-        prometheus = PrometheusApiBackend(config.prometheus)
-        actions.extend(PrometheusActions(config.prometheus, prometheus).all())
-        evaluators["promql"] = PromqlEvaluator(prometheus)
-    if config.alertmanager is not None:
-        from adapters.alertmanager import AlertmanagerActions, HttpAlertmanagerBackend
-        from bot.execution.checks.monitoring import AlertsEvaluator
-
-        alertmanager = HttpAlertmanagerBackend(config.alertmanager)
-        actions.extend(AlertmanagerActions(config.alertmanager, alertmanager).all())
-        evaluators["alerts"] = AlertsEvaluator(alertmanager, prometheus)
-    if slurm_backend is not None:
-        from adapters.reports import GpuUsageReportAction
-
-        actions.append(GpuUsageReportAction(slurm_backend, prometheus))
-    inventory = build(config.inventory, sources)
-    if slurm_backend is not None or k8s_backend is not None:
-        from bot.execution.checks.capacity import CapacityEvaluator
-
-        evaluators["capacity"] = CapacityEvaluator(inventory, slurm_backend, k8s_backend,
-                                                   config.inventory.kubernetes_selector,
-                                                   site_floors=config.guards.min_free_gpus)
-    backends = {name: backend for name, backend in (
-        ("slurm", slurm_backend), ("kubernetes", k8s_backend), ("prometheus", prometheus))
-        if backend is not None}
+    for kind, make in CHECK_KINDS.items():
+        evaluator = make(config, backends, inventory)
+        if evaluator is not None:
+            evaluators[kind] = evaluator
     return Assembly(Catalogue(actions, KNOWN), Checks(evaluators), inventory, sources.problems,
                     backends)
 
 
-def _slurm(config: Config) -> tuple[list[Action], Evaluator, Lister, Any]:
-    from adapters.slurm.actions import SlurmActions
-    from adapters.slurm.health import HealthCheckAction
-    from adapters.slurm.pyslurm_backend import make_backend
-    from adapters.slurm.rolling import DriverRolloutAction
-    from bot.execution.checks.slurm import SlurmEvaluator
-
-    assert config.slurm is not None
-    backend = make_backend(config.slurm)
-    actions: list[Action] = [
-        *SlurmActions(backend, config.slurm).all(),
-        HealthCheckAction(backend, config.slurm),
-        DriverRolloutAction(backend, config.slurm),
-    ]
-    def names() -> list[str]:
-        return [node.name for node in backend.nodes(None, with_jobs=False)]
-
-    return actions, SlurmEvaluator(backend), names, backend
-
-
-def _kubernetes(config: Config) -> tuple[list[Action], Lister, Any]:
-    from adapters.kubernetes.actions import KubernetesActions
-    from adapters.kubernetes.client import make_backend
-
-    assert config.kubernetes is not None
-    backend = make_backend(config.kubernetes)
-    selector = config.inventory.kubernetes_selector
-
-    def names() -> list[str]:
-        return [node.name for node in backend.list_nodes(selector)]
-
-    return KubernetesActions(backend, config.kubernetes).all(), names, backend
+def _inventory_sources(config: Config, backends: Mapping[str, Any]) -> InventorySources:
+    """Where the node inventory is discovered: the two pools, when asked to discover."""
+    sources = InventorySources()
+    if not config.inventory.discover:
+        return sources
+    slurm, kubernetes = backends.get("slurm"), backends.get("kubernetes")
+    if slurm is not None:
+        sources.slurm = lambda: [node.name for node in slurm.nodes(None, with_jobs=False)]
+    if kubernetes is not None:
+        selector = config.inventory.kubernetes_selector
+        sources.kubernetes = lambda: [node.name for node in kubernetes.list_nodes(selector)]
+    return sources

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine, select, update
 from bot.store import audit
 from bot.store.db import now_iso
 from bot.store.schema import confirmations
+from bot.store.words import Kind
 
 
 class DatabaseConfirmations:
@@ -28,7 +29,7 @@ class DatabaseConfirmations:
                 execution_id=execution_id, step_id=step_id, question=question,
                 asked_at=now_iso(),
             ))
-            audit.append(conn, "confirmation_requested", "engine",
+            audit.append(conn, Kind.CONFIRMATION_REQUESTED, "engine",
                          {"step": step_id, "question": question}, execution_id)
 
     def answer(self, execution_id: int, step_id: str) -> tuple[str, str, str] | None:
@@ -55,5 +56,5 @@ def record_answer(conn: Connection, execution_id: int, step_id: str, answer: str
         .where(confirmations.c.execution_id == execution_id, confirmations.c.step_id == step_id)
         .values(answer=answer, answered_by=user, answered_at=now_iso(), note=note)
     )
-    audit.append(conn, "confirmed" if answer == "yes" else "confirmation_declined", user,
+    audit.append(conn, Kind.CONFIRMED if answer == "yes" else Kind.CONFIRMATION_DECLINED, user,
                  {"step": step_id, "note": note}, execution_id)

@@ -1,27 +1,8 @@
-"""The engine: drives an execution from approval to its end, surviving its own death.
+"""The execution engine (``Engine``): drives an approved execution to its end, surviving its
+own death (claims, fencing, heartbeats; see the class).
 
-One execution at a time per call to ``drive``. An engine *claims* an execution: the
-claim writes its name and a lease into the row and bumps the row's ``epoch``; every
-later write of that engine about the execution is one transaction that first checks
-the epoch is still its own (``_write``), so an engine that lost its claim (another
-engine took over after the lease ran out) can write nothing more. A heartbeat thread
-renews the leases (and the execution's locks); when it cannot renew for most of a
-lease, the engine gives up its claims by itself and tells the running actions to
-stop.
-
-Another engine that takes over resumes from the persisted stage and step states:
-finished steps are not run again; a step that was under way is run again only after
-the old lease has certainly expired, and only when it is idempotent (``host.run``,
-``chat.confirm``, ``mariadb.restore`` and steps marked ``idempotent: false`` are held
-for a person instead, as is any step of a ``resume: manual`` runbook).
-
-At start the engine plans the execution's pinned runbook version again against
-today's facts; a different plan is approved again under its own policy, never run on
-the old approvals. A cancel reaches a running step within about a second (the engine
-watches the flag while the action runs and sets the action's stop flag) and ends the
-execution ``cancelled`` with its undo, whatever stage it was in. A step that passes
-its timeout is asked to stop; undo starts only after it returned, and one that does
-not stop within ``engine.stop_grace_seconds`` leaves the execution held for a person.
+It acts on systems only through the actions and checks it is handed (``Parts``), writes
+about an execution only under its claim, and never imports the command service or a surface.
 """
 
 from __future__ import annotations
@@ -55,6 +36,7 @@ from bot.execution.planning import Plan, PlannedCall, PlannedCheck, PlannedStep
 from bot.runbooks.catalogue import Catalogue
 from bot.store import audit
 from bot.store.schema import executions as executions_table
+from bot.store.words import UNDER_WAY, Kind, State
 from kit.errors import Refused
 
 ENGINE = "engine"  # the audit actor for what the engine does on its own
@@ -122,6 +104,21 @@ class Claim:
 
 @dataclass
 class Engine:
+    """The execution engine: drives approved executions through pre-checks, steps and
+    post-checks to their end, undoing completed steps in reverse on a failure or a cancel.
+
+    It owns its claims, one per execution it drives: a claim writes ``owner`` and a lease
+    into the row and bumps its ``epoch``; every later write is one transaction fenced on
+    that epoch (``_write``), so an engine that lost its claim writes nothing more. A
+    heartbeat renews the leases and the execution's locks (``_heartbeat``); another engine
+    takes over only once a lease ran out, and resumes from the persisted stage and step
+    states (``_resumed``). It runs only a plan approved under its own policy (``_start``),
+    and what it cannot safely decide is *held* for a person. It reaches systems only through
+    the actions and checks of ``Parts`` (a ``Service``, which it never imports). A surface
+    calls ``drive`` for one execution, or ``run_pending`` for the loop (``runbook engine``,
+    the leader of ``runbook serve``); ``report`` gets its progress lines.
+    """
+
     bot: Parts  # the command service
     report: Reporter = silent
     owner: str = field(
@@ -203,6 +200,10 @@ class Engine:
             self._heart.start()
 
     def _heartbeat(self) -> None:
+        """Every fifth of a lease, renew the leases of this engine's claims and their
+        executions' locks. While the database is away it keeps trying; a claim not renewed
+        for ``STALE_SHARE`` of a lease is given up by itself (``_check_stale``) and its
+        running actions are told to stop, well before another engine may take it over."""
         while not self._beat.wait(self._lease / 5):
             with self._guard:
                 claims = list(self._claims.values())
@@ -264,7 +265,7 @@ class Engine:
         if self._crash_after and self._crash_after in self._written.events:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def _event(self, conn: Connection, kind: str, data: dict[str, Any],
+    def _event(self, conn: Connection, kind: Kind, data: dict[str, Any],
                execution_id: int) -> None:
         audit.append(conn, kind, ENGINE, data, execution_id)
         if self._crash_after:
@@ -274,7 +275,8 @@ class Engine:
     # --- driving -------------------------------------------------------------------
 
     def drive(self, execution_id: int, *, wait_for_approval: bool = True) -> Execution:
-        """Drive the execution as far as it can go; returns it as it stands afterwards."""
+        """Drive the execution as far as it can go; returns it as it stands afterwards.
+        One execution per call; it does nothing when another live engine has it."""
         claim = self._claim(execution_id)
         if claim is None:
             return self._load(execution_id)
@@ -294,11 +296,11 @@ class Engine:
 
     def _drive(self, claim: Claim, wait: bool) -> None:
         ex = self._load(claim.execution_id)
-        if ex.state in ("running", "undoing") and not self._resumed(claim, ex):
+        if ex.state in UNDER_WAY and not self._resumed(claim, ex):
             return
         while True:
             ex = self._load(claim.execution_id)
-            if ex.state == "awaiting_approval":
+            if ex.state == State.AWAITING_APPROVAL:
                 with self.bot.db.begin() as conn:
                     if expire_if_due(conn, ex):
                         self.report(ex.id, "expired: no approval before the deadline")
@@ -306,9 +308,9 @@ class Engine:
                 if not wait:
                     return
                 self.sleep(self.bot.config.engine.poll_seconds)
-            elif ex.state == "approved":
+            elif ex.state == State.APPROVED:
                 self._start(claim, ex)
-            elif ex.state in ("running", "undoing"):
+            elif ex.state in UNDER_WAY:
                 self._run(claim, ex)
                 return
             else:
@@ -317,36 +319,42 @@ class Engine:
     def _hold(self, claim: Claim, why: str) -> None:
         try:
             with self._write(claim) as conn:
-                executions.set_fields(conn, claim.execution_id, state="held", error=why)
-                self._event(conn, "held", {"why": why}, claim.execution_id)
+                executions.set_fields(conn, claim.execution_id, state=State.HELD, error=why)
+                self._event(conn, Kind.HELD, {"why": why}, claim.execution_id)
         except _Stop as exc:
             self.report(claim.execution_id, f"stopped driving: {exc}")
             return
         self.report(claim.execution_id, f"held for a person: {why}")
 
     def _resumed(self, claim: Claim, ex: Execution) -> bool:
-        """Take over a running execution; hold it where re-running would be blind."""
+        """Take over a running execution; hold it where re-running would be blind.
+
+        Finished steps are not run again. A step that was under way is run again only after
+        the old engine's lease has certainly expired (``_wait_out_old_lease``), and only when
+        it is idempotent: ``host.run``, ``chat.confirm``, ``mariadb.restore`` and steps
+        marked ``idempotent: false`` are held for a person instead, as is a running execution
+        of a ``resume: manual`` runbook. ``runbook resume`` (``resume_requested``) goes on."""
         previous = claim.previous_owner
         if ex.resume_requested:
             with self._write(claim) as conn:
                 executions.set_fields(conn, ex.id, resume_requested=False, error=None)
-                self._event(conn, "resumed", {"stage": ex.stage, "by": "request"}, ex.id)
+                self._event(conn, Kind.RESUMED, {"stage": ex.stage, "by": "request"}, ex.id)
             self.report(ex.id, f"resumed at stage {ex.stage}")
             return True
         in_flight = self._in_flight(ex)
-        if in_flight is not None and not in_flight.idempotent and ex.state == "running":
+        if in_flight is not None and not in_flight.idempotent and ex.state == State.RUNNING:
             raise _Hold(f"step {in_flight.id} ({in_flight.action}) was under way when the "
                         f"engine driving it ({previous}) stopped, and it is not idempotent: "
                         f"check what it did, then `runbook resume {ex.id}` to run it again or "
                         f"`runbook cancel {ex.id}` to undo")
-        if ex.resume == "manual" and ex.state == "running":
+        if ex.resume == "manual" and ex.state == State.RUNNING:
             raise _Hold(f"the engine driving it ({previous}) stopped at stage {ex.stage}; the "
                         f"runbook says resume: manual: `runbook resume {ex.id}` or "
                         f"`runbook cancel {ex.id}`")
         if in_flight is not None:
             self._wait_out_old_lease(claim)
         with self._write(claim) as conn:
-            self._event(conn, "resumed", {
+            self._event(conn, Kind.RESUMED, {
                 "stage": ex.stage, "previous_engine": previous,
                 "step_under_way": in_flight.id if in_flight else None}, ex.id)
         self.report(ex.id, f"resuming after engine {previous} stopped (stage {ex.stage})")
@@ -370,33 +378,36 @@ class Engine:
             time.sleep(min(left, WATCH_SECONDS))  # the real clock: leases are wall time
 
     def _start(self, claim: Claim, ex: Execution) -> None:
-        """Plan the pinned version again; run only a plan approved under its own policy."""
+        """Plan the pinned version again against today's facts; run only a plan approved
+        under its own policy (a different plan is approved again, never run on the old
+        approvals)."""
         with self.bot.db.connect() as conn:
             holds = locking.holds(conn, ex.id, ex.fencing_token, len(ex.plan.locks))
         if not holds:
-            self._end(claim, ex, "failed", "it lost its locks before it started (they expired "
-                      "and another execution took them); nothing was run: request it again",
-                      expect={"state": "approved"})
+            self._end(claim, ex, State.FAILED, "it lost its locks before it started (they "
+                      "expired and another execution took them); nothing was run: request it "
+                      "again", expect={"state": State.APPROVED})
             return
         try:
             plan = self.bot.replan(ex)
         except Refused as exc:
-            self._end(claim, ex, "failed", f"cannot plan again: {exc}",
-                      expect={"state": "approved"})
+            self._end(claim, ex, State.FAILED, f"cannot plan again: {exc}",
+                      expect={"state": State.APPROVED})
             return
         if plan.hash != ex.plan_hash and not self._accept_new_plan(claim, ex, plan):
             return
         with self._write(claim) as conn:
             approvers = executions.approvals_for(conn, ex.id, plan.hash)
             if len(approvers) < plan.approval.required:  # never run short of approvals
-                self._ask_again(conn, ex, plan, "approval_missing",
+                self._ask_again(conn, ex, plan, Kind.APPROVAL_MISSING,
                                 f"{len(approvers)} of {plan.approval.required} approvals")
                 return
-            if not executions.update_if(conn, ex.id, {"state": "approved"}, state="running",
+            if not executions.update_if(conn, ex.id, {"state": State.APPROVED},
+                                        state=State.RUNNING,
                                         stage="pre_checks", plan=plan.to_json(),
                                         plan_hash=plan.hash):
                 return  # cancelled meanwhile: the loop finds it ended
-            self._event(conn, "started", {
+            self._event(conn, Kind.STARTED, {
                 "plan_hash": plan.hash, "approved_by": approvers, "engine": self.owner,
                 "epoch": claim.epoch, "version": ex.version, "content_hash": ex.content_hash,
             }, ex.id)
@@ -407,24 +418,25 @@ class Engine:
         new plan's policy wants any (True: go ahead with the new plan)."""
         changes = plan_changes(ex.plan, plan)
         if sorted(plan.locks) != sorted(ex.plan.locks):
-            self._end(claim, ex, "failed", "the plan now needs other locks ("
+            self._end(claim, ex, State.FAILED, "the plan now needs other locks ("
                       + ", ".join(plan.locks) + "); nothing was run: request it again",
-                      expect={"state": "approved"}, changes=changes)
+                      expect={"state": State.APPROVED}, changes=changes)
             return False
         with self._write(claim) as conn:
             if plan.approval.required > 0:
-                self._ask_again(conn, ex, plan, "approval_voided", "; ".join(changes))
+                self._ask_again(conn, ex, plan, Kind.APPROVAL_VOIDED, "; ".join(changes))
                 return False
-            self._event(conn, "replanned", {
+            self._event(conn, Kind.REPLANNED, {
                 "old_plan_hash": ex.plan_hash, "new_plan_hash": plan.hash, "changes": changes,
                 "why": "the plan made at start differs; its policy needs no approval",
             }, ex.id)
         return True
 
-    def _ask_again(self, conn: Connection, ex: Execution, plan: Plan, kind: str,
+    def _ask_again(self, conn: Connection, ex: Execution, plan: Plan, kind: Kind,
                    what: str) -> None:
         deadline = time.time() + plan.approval.expires_seconds
-        executions.update_if(conn, ex.id, {"state": "approved"}, state="awaiting_approval",
+        executions.update_if(conn, ex.id, {"state": State.APPROVED},
+                             state=State.AWAITING_APPROVAL,
                              plan=plan.to_json(), plan_hash=plan.hash,
                              approvals_required=plan.approval.required,
                              approval_deadline=deadline)
@@ -439,23 +451,25 @@ class Engine:
     # --- stages --------------------------------------------------------------------
 
     def _run(self, claim: Claim, ex: Execution) -> None:
-        if ex.state == "undoing" or ex.stage == "undo":
+        """Run the stages from the persisted one. A cancel ends the execution ``cancelled``
+        with its undo, whatever stage it was in; a failure undoes too (``_fail``)."""
+        if ex.state == State.UNDOING or ex.stage == "undo":
             if ex.cancel_requested and ex.stage != "undo":  # a held execution cancelled
                 reason = "cancelled on request" + (f" (it was held: {ex.error})"
                                                    if ex.error else "")
-                self._undo(claim, ex, "cancelled", reason)
+                self._undo(claim, ex, State.CANCELLED, reason)
             else:
-                self._undo(claim, ex, "cancelled" if ex.cancel_requested else "failed",
+                self._undo(claim, ex, State.CANCELLED if ex.cancel_requested else State.FAILED,
                            ex.error or "")
             return
         stage = ex.stage
         if stage == "pre_checks":
             failed = self._checks(claim, ex, ex.plan.pre_checks, "pre-check")
             if self._cancel_requested(ex):
-                self._end(claim, ex, "cancelled", "cancelled on request before any step ran")
+                self._end(claim, ex, State.CANCELLED, "cancelled on request before any step ran")
                 return
             if failed:
-                self._end(claim, ex, "failed", f"{failed}; nothing was run")
+                self._end(claim, ex, State.FAILED, f"{failed}; nothing was run")
                 return
             stage = self._stage(claim, ex, "steps")
         if stage == "steps":
@@ -473,7 +487,7 @@ class Engine:
             if failed:
                 self._fail(claim, ex, failed)
                 return
-        if not self._end(claim, ex, "succeeded", None, expect={"cancel_requested": False}):
+        if not self._end(claim, ex, State.SUCCEEDED, None, expect={"cancel_requested": False}):
             self._fail(claim, ex, "cancelled")  # the cancel came in after the last look
 
     def _stage(self, claim: Claim, ex: Execution, stage: str) -> str:
@@ -488,7 +502,7 @@ class Engine:
                 return "cancelled"
             if check.skipped:
                 with self._write(claim) as conn:
-                    self._event(conn, "check_skipped",
+                    self._event(conn, Kind.CHECK_SKIPPED,
                                  {"stage": label, "check": check.name, "why": "when is false"},
                                  ex.id)
                 continue
@@ -498,7 +512,7 @@ class Engine:
                 outcome = Outcome(True, outcome.value,
                                   f"overridden by break-glass: {outcome.detail}", outcome.extra)
             with self._write(claim) as conn:
-                self._event(conn, "check_evaluated", {
+                self._event(conn, Kind.CHECK_EVALUATED, {
                     "stage": label, "check": check.name, "kind": check.kind, "spec": check.spec,
                     "expect": check.expect, "value": outcome.value, "passed": outcome.passed,
                     "detail": outcome.detail,
@@ -546,7 +560,7 @@ class Engine:
     def _skip(self, claim: Claim, ex: Execution, step: PlannedStep, position: int) -> None:
         with self._write(claim) as conn:
             executions.save_step(conn, ex.id, "do", step.id, position, state="skipped")
-            self._event(conn, "step_skipped", {"step": step.id, "why": "when is false"},
+            self._event(conn, Kind.STEP_SKIPPED, {"step": step.id, "why": "when is false"},
                          ex.id)
         self.report(ex.id, f"step {step.id}: skipped (when: false)")
 
@@ -560,7 +574,7 @@ class Engine:
             with self._write(claim) as conn:
                 executions.save_step(conn, ex.id, phase, step.id, position, state="running",
                                      attempt=attempt, started_at=_now(), error=None)
-                self._event(conn, f"{'step' if phase == 'do' else 'undo'}_started", {
+                self._event(conn, Kind.STEP_STARTED if phase == "do" else Kind.UNDO_STARTED, {
                     "step": step.id, "action": call.action, "args": call.args,
                     "operations": call.operations, "attempt": attempt, "epoch": claim.epoch,
                 }, ex.id)
@@ -631,6 +645,11 @@ class Engine:
 
     def _watch(self, claim: Claim, ex: Execution, ctx: ActionContext,
                worker: threading.Thread, phase: str, timeout: float) -> None:
+        """Every ``WATCH_SECONDS`` while the action runs, set its stop flag on a lost claim,
+        a cancel (of a step, not of an undo) or the step's timeout: a cancel reaches a
+        running step within about a second. Undo starts only after the action returned; one
+        that does not stop within ``engine.stop_grace_seconds`` leaves the execution held for
+        a person (or let go, when the claim was lost), never undone beside it."""
         grace = self.bot.config.engine.stop_grace_seconds
         asked: float | None = None
         while True:
@@ -658,8 +677,10 @@ class Engine:
     def _record(self, claim: Claim, ex: Execution, step: PlannedStep, phase: str,
                 position: int, state: str, *, attempt: int, result: ActionResult | None = None,
                 error: str | None = None, retry: bool = False) -> None:
-        kind = {"do": "step", "undo": "undo"}[phase] + (
-            "_finished" if state == "succeeded" else "_failed")
+        if phase == "do":
+            kind = Kind.STEP_FINISHED if state == "succeeded" else Kind.STEP_FAILED
+        else:
+            kind = Kind.UNDO_FINISHED if state == "succeeded" else Kind.UNDO_FAILED
         data: dict[str, Any] = {"step": step.id, "attempt": attempt, "state": state}
         if result is not None:
             data.update(summary=result.summary, details=dict(result.details),
@@ -677,17 +698,17 @@ class Engine:
 
     def _fail(self, claim: Claim, ex: Execution, reason: str) -> None:
         if reason == "cancelled":
-            self._undo(claim, ex, "cancelled", "cancelled on request")
+            self._undo(claim, ex, State.CANCELLED, "cancelled on request")
         elif ex.plan.on_failure == "leave":
-            self._end(claim, ex, "failed", f"{reason}; completed steps left as they are "
-                                           "(on_failure: leave)")
+            self._end(claim, ex, State.FAILED, f"{reason}; completed steps left as they are "
+                                               "(on_failure: leave)")
         else:
-            self._undo(claim, ex, "failed", reason)
+            self._undo(claim, ex, State.FAILED, reason)
 
-    def _undo(self, claim: Claim, ex: Execution, final: str, reason: str) -> None:
+    def _undo(self, claim: Claim, ex: Execution, final: State, reason: str) -> None:
         with self._write(claim) as conn:
-            executions.set_fields(conn, ex.id, state="undoing", stage="undo", error=reason)
-            self._event(conn, "undo_started", {"reason": reason}, ex.id)
+            executions.set_fields(conn, ex.id, state=State.UNDOING, stage="undo", error=reason)
+            self._event(conn, Kind.UNDO_STARTED, {"reason": reason}, ex.id)
         self.report(ex.id, f"undoing completed steps: {reason}")
         states = self._states(ex)
         undone: list[str] = []
@@ -716,12 +737,12 @@ class Engine:
 
     def _note_unchanged(self, claim: Claim, ex: Execution, step: PlannedStep) -> None:
         with self._write(claim) as conn:
-            self._event(conn, "undo_skipped", {
+            self._event(conn, Kind.UNDO_SKIPPED, {
                 "step": step.id, "why": "the step found everything already done and changed "
                                         "nothing, so there is nothing of ours to undo"}, ex.id)
         self.report(ex.id, f"step {step.id} (undo): skipped, the step changed nothing")
 
-    def _end(self, claim: Claim, ex: Execution, state: str, error: str | None,
+    def _end(self, claim: Claim, ex: Execution, state: State, error: str | None,
              expect: dict[str, Any] | None = None, **data: Any) -> bool:
         """End the execution (compare-and-set on the claim and ``expect``); False when the
         row was not as expected (a cancel came in, say) and nothing was written."""
@@ -792,7 +813,7 @@ class Engine:
             for execution_id, state in self.runnable():
                 if execution_id in workers:
                     continue
-                if state == "awaiting_approval":
+                if state == State.AWAITING_APPROVAL:
                     self.drive(execution_id, wait_for_approval=False)
                 elif len(workers) < limit:
                     worker = threading.Thread(
@@ -802,7 +823,7 @@ class Engine:
                     )
                     worker.start()
                     workers[execution_id] = worker
-            if once and not workers and not any(s != "awaiting_approval"
+            if once and not workers and not any(s != State.AWAITING_APPROVAL
                                                 for _, s in self.runnable()):
                 return
             stop.wait(self.bot.config.engine.poll_seconds)

@@ -1,15 +1,7 @@
 """Executions and their step states, as rows; every change goes with its audit event.
 
-States: ``awaiting_approval`` -> ``approved`` -> ``running`` (stages pre_checks,
-steps, post_checks) -> ``succeeded``; or ``undoing`` -> ``failed`` / ``cancelled``;
-``denied`` and ``expired`` end a request before anything ran; ``held`` waits for
-a person (an engine died in a step that must not be re-run blindly, a step did not
-stop after its timeout, the execution lost its locks).
-
-Every change of an execution row is a compare-and-set (``update_if``): it names what
-the writer expects to find (a state, the engine's claim epoch) and applies only when
-the row still is so, bumping ``row_version``. The caller writes its audit event in the
-same transaction, so a decision that lost a race leaves no trace but its refusal.
+Rows only: no decision on who may do what (bot.execution.approval, bot.service) and no
+running (bot.execution.engine). ``Execution`` lists the states.
 """
 
 from __future__ import annotations
@@ -24,13 +16,14 @@ from sqlalchemy import Connection, select, update
 
 from bot.execution import locking
 from bot.execution.planning import Plan, plan_from_json
-from bot.store import audit
+from bot.store import audit, words
 from bot.store.db import now_iso
 from bot.store.schema import approvals, executions, step_states
+from bot.store.words import Kind, State
 from kit.canonical import canonical
 
-TERMINAL = frozenset({"succeeded", "failed", "denied", "expired", "cancelled"})
-ACTIVE = frozenset({"awaiting_approval", "approved", "running", "undoing"})
+TERMINAL = words.TERMINAL  # ended: nothing more happens to it
+ACTIVE = words.ACTIVE  # engines pick these up; held ones wait for a person
 
 
 class NotFound(Exception):
@@ -39,6 +32,13 @@ class NotFound(Exception):
 
 @dataclass(frozen=True)
 class Execution:
+    """One execution as stored. States: ``awaiting_approval`` -> ``approved`` -> ``running``
+    (stages pre_checks, steps, post_checks) -> ``succeeded``; or ``undoing`` -> ``failed`` /
+    ``cancelled``; ``denied`` and ``expired`` end a request before anything ran; ``held``
+    waits for a person (an engine died in a step that must not be re-run blindly, a step did
+    not stop after its timeout, the execution lost its locks).
+    """
+
     id: int
     runbook: str
     version: str
@@ -46,7 +46,7 @@ class Execution:
     params: dict[str, Any]
     requested_by: str
     requested_at: str
-    state: str
+    state: State
     stage: str
     plan: Plan
     plan_hash: str
@@ -70,6 +70,7 @@ class Execution:
 
 def _from_row(row: Any) -> Execution:
     data = dict(row._mapping)
+    data["state"] = State(data["state"])
     data["params"] = json.loads(data["params"])
     data["plan"] = plan_from_json(json.loads(data["plan"]))
     return Execution(**data)
@@ -95,7 +96,7 @@ def find(conn: Connection, *, states: frozenset[str] | None = None,
 
 
 def create(conn: Connection, plan: Plan, user: str, resume: str, deadline: float | None) -> int:
-    state = "awaiting_approval" if plan.approval.required > 0 else "approved"
+    state = State.AWAITING_APPROVAL if plan.approval.required > 0 else State.APPROVED
     result = conn.execute(
         executions.insert().values(
             runbook=plan.runbook, version=plan.version, content_hash=plan.content_hash,
@@ -120,6 +121,12 @@ def update_if(conn: Connection, execution_id: int, expect: Mapping[str, Any],
     """Compare-and-set: write ``fields`` only when every column in ``expect`` still has
     its value (a set or frozenset of values: any of them). True when it was written.
 
+    Changes of an execution row are compare-and-sets (the engine's other writes are fenced
+    on its claim epoch, ``Engine._write``): the writer names what it expects to find (a
+    state, the engine's claim epoch) and the write applies only when the row still is so,
+    bumping ``row_version``. The caller writes its audit event in the same transaction, so
+    a decision that lost a race leaves no trace but its refusal.
+
     On PostgreSQL the UPDATE also locks the row until the transaction ends, so a second
     writer waits and then finds the row as the first left it."""
     query = update(executions).where(executions.c.id == execution_id)
@@ -133,19 +140,19 @@ def update_if(conn: Connection, execution_id: int, expect: Mapping[str, Any],
 
 
 def finish(
-    conn: Connection, ex: Execution, state: str, actor: str, error: str | None = None,
+    conn: Connection, ex: Execution, state: State, actor: str, error: str | None = None,
     *, expect: Mapping[str, Any] | None = None, **data: Any,
 ) -> bool:
     """End an execution when it still is as ``expect`` says (default: not ended): final
     state, locks released, the ending in the audit log. False, with nothing written, when
     the row had changed."""
-    guard = dict(expect) if expect is not None else {"state": ACTIVE | {"held"}}
+    guard = dict(expect) if expect is not None else {"state": words.NOT_ENDED}
     ended = update_if(conn, ex.id, guard, state=state, error=error, finished_at=now_iso(),
                       owner=None, lease_until=None)
     if not ended:
         return False
     released = locking.release(conn, ex.id)
-    audit.append(conn, "finished", actor,
+    audit.append(conn, Kind.FINISHED, actor,
                  {"state": state, "error": error, "locks_released": released, **data}, ex.id)
     return True
 
@@ -216,9 +223,9 @@ def expire_if_due(conn: Connection, ex: Execution) -> bool:
     """End an execution whose approval window has passed; True when it did."""
     if ex.approval_deadline is None or ex.approval_deadline > time.time():
         return False
-    expect = {"state": "awaiting_approval", "approval_deadline": ex.approval_deadline}
+    expect = {"state": State.AWAITING_APPROVAL, "approval_deadline": ex.approval_deadline}
     if not update_if(conn, ex.id, expect):  # approved or ended meanwhile
         return False
-    audit.append(conn, "expired", "bot", {"deadline": ex.approval_deadline}, ex.id)
-    return finish(conn, ex, "expired", "bot", "no approval before the deadline",
+    audit.append(conn, Kind.EXPIRED, "bot", {"deadline": ex.approval_deadline}, ex.id)
+    return finish(conn, ex, State.EXPIRED, "bot", "no approval before the deadline",
                              expect=expect)

@@ -1,32 +1,8 @@
-"""Named locks (``node:gpu07``) in the database, with owner, TTL and a fencing token.
+"""Named locks (``node:gpu07``) in the database, with owner, TTL and a fencing token; a
+maintenance window holds its nodes through them (``WindowHold``).
 
-An execution takes all its locks when it is requested, so a second request for
-the same node is refused at once with who holds it and since when. Locks expire
-(an engine renews them while it drives the execution) and are released on every
-ending. The fencing token grows with every acquisition: the engine checks before
-each step that its execution still holds its locks with its token, so an
-execution that lost its locks stops instead of acting on a node someone else now
-holds. Acquisition is all-or-nothing, in the plan's (sorted) order, one acquirer at
-a time on PostgreSQL (an advisory lock).
-
-Every node a plan touches is locked: planning adds ``node:NAME`` for each node the
-request's ``node``/``nodes`` parameters name (bot.execution.planning), so two requests that share
-a node (``gpu[01-02]`` and ``gpu02``) conflict, whatever their runbooks' own ``locks:``.
-
-**Maintenance windows hold their nodes** from the request of their ``open-window``
-until the window has ended (closed, failed, cancelled or missed):
-
-- the window's locks are the ``node:NAME`` rows its ``open-window`` execution took when
-  it was requested. When that execution ends they stay, with its ID (``release``
-  keeps them), and the window releases them when it ends (``release_window``, which
-  bot.schedule.windows calls on its last transition). They are not renewed and their expiry
-  does not apply: they last as long as the window;
-- a run the window itself requests (a runbook inside it, its ``close-window``) asks
-  with ``window_id=ID`` and may take a node lock its window holds: the row is lent to it
-  (its execution ID and fencing token, as for any lock) and goes back to the window
-  when that run ends;
-- anyone else asking for one of those nodes is refused with the window named, while
-  the window is opening, open or closing.
+Every function works inside the caller's transaction and never commits; which locks a
+request needs is decided by planning (bot.execution.planning), not here.
 """
 
 from __future__ import annotations
@@ -42,6 +18,7 @@ from adapters.slurm import hostlist
 from bot.store import audit
 from bot.store.db import now_iso
 from bot.store.schema import counters, executions, locks, maintenance_windows
+from bot.store.words import Kind
 
 _PG_LOCKS_LOCK = 0x6770_6C6B  # advisory lock key: serialises lock acquisition on PostgreSQL
 # The states of a maintenance window (bot.schedule.windows) in which it holds its nodes.
@@ -65,7 +42,15 @@ def next_token(conn: Connection, name: str = "fencing") -> int:
 
 @dataclass(frozen=True)
 class WindowHold:
-    """A maintenance window that holds its nodes (opening, open or closing)."""
+    """A maintenance window that holds its nodes (opening, open or closing): from the request
+    of its ``open-window`` until the window has ended (closed, failed, cancelled or missed).
+
+    Its locks are the ``node:NAME`` rows its open-window execution took when it was
+    requested. When that execution ends they stay, with its ID (``release`` keeps them),
+    until ``release_window``, which bot.schedule.windows calls on the window's last
+    transition. They are not renewed and their expiry does not apply: they last as long as
+    the window. Anyone else asking for one of those nodes is refused with the window named.
+    """
 
     window_id: int
     nodes: str  # hostlist
@@ -103,8 +88,16 @@ def acquire(
 ) -> int:
     """Take every lock in ``names`` for the execution, or raise LockConflict taking none.
 
+    An execution takes all its locks when it is requested, so a second request for the same
+    node is refused at once with who holds it and since when; an expired lock is taken over
+    (the audit log says so). All-or-nothing, in the plan's (sorted) order, one acquirer at a
+    time on PostgreSQL (an advisory lock). Returns the fencing token, which grows with every
+    acquisition (see ``holds``).
+
     ``window_id``: the execution is a run of that maintenance window (requested by the
-    window itself), so it may take the node locks the window holds.
+    window itself: a runbook inside it, its close-window), so it may take the node locks the
+    window holds: the row is lent to it (its execution ID and fencing token, as for any
+    lock) and goes back to the window when that run ends (``release``).
     """
     if not names:
         return 0
@@ -140,11 +133,11 @@ def acquire(
     )
     # The log last: the rows are written before this transaction waits for the audit chain.
     for row in taken_over:  # expired: taken over, and the log says so
-        audit.append(conn, "lock_taken_over", owner,
+        audit.append(conn, Kind.LOCK_TAKEN_OVER, owner,
                      {"lock": row.name, "from_execution": row.execution_id, "token": row.token},
                      execution_id)
     for window_id, lent_names in lent.items():
-        audit.append(conn, "locks_lent", owner, {
+        audit.append(conn, Kind.LOCKS_LENT, owner, {
             "window": window_id, "locks": compact(lent_names),
             "from_execution": holds[lent_names[0]].execution_id}, execution_id)
     return token
@@ -200,13 +193,16 @@ def compact(names: Sequence[str]) -> list[str]:
 
 
 def renew(conn: Connection, execution_id: int, expires_at: float) -> None:
+    """Push the execution's locks' expiry to ``expires_at``: locks expire unless the engine
+    driving the execution renews them (its heartbeat)."""
     conn.execute(
         update(locks).where(locks.c.execution_id == execution_id).values(expires_at=expires_at)
     )
 
 
 def release(conn: Connection, execution_id: int) -> list[str]:
-    """Release the execution's locks; returns the names released.
+    """Release the execution's locks, on every ending (executions.finish); returns the names
+    released.
 
     A node lock of a maintenance window that is opening, open or closing is not released
     but goes back to the window: kept by its open-window execution (whose ending this may
@@ -231,7 +227,7 @@ def release(conn: Connection, execution_id: int) -> list[str]:
                     expires_at=hold.ends_at)
         )
         if hold.execution_id != execution_id:
-            audit.append(conn, "locks_returned", "bot", {
+            audit.append(conn, Kind.LOCKS_RETURNED, "bot", {
                 "window": hold.window_id, "locks": compact(names),
                 "to_execution": hold.execution_id}, execution_id)
     names = [row.name for row in rows if row.name not in holds]
@@ -259,13 +255,15 @@ def release_window(conn: Connection, window_id: int) -> list[str]:
     ).scalars())
     conn.execute(delete(locks).where(locks.c.execution_id == open_id))
     if names:
-        audit.append(conn, "locks_released", "bot",
+        audit.append(conn, Kind.LOCKS_RELEASED, "bot",
                      {"window": window_id, "locks": compact(sorted(names))}, open_id)
     return names
 
 
 def holds(conn: Connection, execution_id: int, token: int, expected: int) -> bool:
-    """True when the execution still holds all ``expected`` locks with ``token``."""
+    """True when the execution still holds all ``expected`` locks with ``token``. The engine
+    checks before each step, so an execution that lost its locks stops instead of acting on
+    a node someone else now holds."""
     if expected == 0:
         return True
     count = conn.execute(

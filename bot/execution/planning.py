@@ -1,15 +1,8 @@
-"""Planning: render a runbook with validated parameters into concrete operations.
+"""Planning: render a runbook with validated parameters into concrete operations, the
+``Plan`` people approve, and the approval policy it carries.
 
-The plan is what people approve. It lists every step with its rendered
-arguments and the operations its action says it will perform, the undo of each
-step, the locks, the checks and the approval policy; its hash is the sha256 of
-its canonical JSON. An approval binds to that hash: if planning again at run
-time gives another hash, the approval no longer applies.
-
-The locks are the runbook's own ``locks:`` plus ``node:NAME`` for every node the
-request names in a parameter of type ``node`` or ``nodes`` (hostlists expanded, by
-the bot's own node names: the inventory's), whatever the runbook says: every node a
-plan touches is locked, one lock per node, at most ``MAX_PLAN_NODES`` of them.
+No database and no side effects here: actions are asked for their ``plan`` (the operations
+they would perform), never run.
 """
 
 from __future__ import annotations
@@ -93,6 +86,12 @@ class PlannedCheck:
 
 @dataclass(frozen=True)
 class Plan:
+    """What people approve: every step with its rendered arguments and the operations its
+    action says it will perform, the undo of each step, the locks, the checks and the
+    approval policy. Its hash is the sha256 of its canonical JSON; an approval binds to that
+    hash: if planning again at run time gives another hash, the approval no longer applies.
+    """
+
     runbook: str
     version: str
     content_hash: str
@@ -193,7 +192,14 @@ def runbook_nodes(loaded: LoadedRunbook, values: Mapping[str, Any]) -> set[str]:
 
 
 def node_locks(nodes: set[str]) -> list[str]:
-    """``node:NAME`` for each node, sorted; PlanError beyond ``MAX_PLAN_NODES``."""
+    """``node:NAME`` for each node, sorted; PlanError beyond ``MAX_PLAN_NODES``.
+
+    A plan's locks are the runbook's own ``locks:`` plus these, for every node the request
+    names in a parameter of type ``node`` or ``nodes`` (hostlists expanded, by the bot's own
+    node names: the inventory's), whatever the runbook says: every node a plan touches is
+    locked, one lock per node, so two requests that share a node (``gpu[01-02]`` and
+    ``gpu02``) conflict whatever their runbooks' own ``locks:``.
+    """
     if len(nodes) > MAX_PLAN_NODES:
         raise PlanError(
             f"the request names {len(nodes)} nodes; a plan may touch at most "

@@ -1,49 +1,26 @@
 """The action catalogue: every action a runbook step may name, built from the configuration.
 
-Two views: the actions this installation can *run* (adapters configured), and
-the actions a runbook may *name* (every action any adapter ships). Runbooks are
-validated against the second, so a shipped runbook for MariaDB still loads on a
-site without MariaDB; planning it says which configuration section is missing.
-
-Implementations are passed in (tests hand over their own); bot.execution.assembly is the
-one place that decides which adapters a configured bot offers.
+It wires no adapter: the configured actions are passed in (tests hand over their own);
+bot.execution.assembly is the one place that decides which adapters a configured bot offers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from adapters.actions import Action, StrictArguments
-from adapters.alertmanager import ACTION_CLASSES as ALERTMANAGER_ACTIONS
-from adapters.etcd.actions import ACTION_CLASSES as ETCD_ACTIONS
 from adapters.host import HostRunAction
-from adapters.kubernetes.actions import ACTION_CLASSES as KUBERNETES_ACTIONS
-from adapters.mariadb import DumpAction, RestoreAction
 from adapters.notify import ConfirmAction, Confirmations, NotifyAction
-from adapters.prometheus.actions import ACTION_CLASSES as PROMETHEUS_ACTIONS
-from adapters.reports import GpuUsageReportAction
-from adapters.slurm.actions import ACTION_CLASSES as SLURM_ACTIONS
-from adapters.slurm.health import HealthCheckAction
-from adapters.slurm.rolling import DriverRolloutAction
+from adapters.registry import registered
 from bot.config import Config
 
-# Every action class any adapter ships, with the configuration section that enables it.
-_SHIPPED: list[tuple[Any, str]] = [
-    (NotifyAction, "always"),
-    (ConfirmAction, "always"),
-    (HostRunAction, "always"),
-    (DumpAction, "mariadb"),
-    (RestoreAction, "mariadb"),
-    *((cls, "slurm") for cls in (*SLURM_ACTIONS, HealthCheckAction, DriverRolloutAction)),
-    (GpuUsageReportAction, "slurm"),  # and prometheus for its idle-GPU part
-    *((cls, "kubernetes") for cls in KUBERNETES_ACTIONS),
-    *((cls, "etcd") for cls in ETCD_ACTIONS),
-    *((cls, "prometheus") for cls in PROMETHEUS_ACTIONS),
-    *((cls, "alertmanager") for cls in ALERTMANAGER_ACTIONS),
-]
+# The bot's own actions, there whatever adapters are configured.
+_STANDARD = (NotifyAction, ConfirmAction, HostRunAction)
+# Every action any adapter ships, with the configuration section that enables it.
 KNOWN: dict[str, tuple[type[StrictArguments], str]] = {
-    cls.name: (cls.Arguments, section) for cls, section in _SHIPPED
+    **{cls.name: (cls.Arguments, "always") for cls in _STANDARD},
+    **{cls.name: (cls.Arguments, adapter.section)
+       for adapter in registered() for cls in adapter.action_classes},
 }
 
 
@@ -55,6 +32,12 @@ class NotConfigured(KeyError):
 
 
 class Catalogue:
+    """Two views: the actions this installation can *run* (``actions``: adapters configured),
+    and the actions a runbook may *name* (``known``: every action any adapter ships).
+    Runbooks are validated against the second, so a shipped runbook for MariaDB still loads
+    on a site without MariaDB; planning it says which configuration section is missing.
+    """
+
     def __init__(
         self,
         actions: Iterable[Action],

@@ -1,11 +1,7 @@
 """One inventory of GPU nodes across Slurm and Kubernetes, under the bot's own node names.
 
-The bot names a node once (``gpu07``); ``inventory.names`` says what Slurm, Kubernetes and
-the DCGM exporter call it when that differs. With ``discover`` on, Slurm's and
-Kubernetes' own node lists decide which pool a node is in; a node in both pools gets the
-steps of both (runbooks choose with ``when: "{{ node in kubernetes }}"``). If a system
-cannot be asked, the inventory says so and falls back to the configured node list rather
-than blocking every command.
+It only reads node lists, through the listers it is handed (bot.execution.assembly makes
+them), and never blocks a command on a system that cannot be asked (``build``).
 """
 
 from __future__ import annotations
@@ -28,7 +24,15 @@ class InventorySources:
 
 
 def build(config: InventoryConfig, sources: InventorySources) -> Inventory:
-    """The inventory: discovered pools under the bot's names, plus the configured nodes."""
+    """The inventory: discovered pools under the bot's names, plus the configured nodes.
+
+    The bot names a node once (``gpu07``); ``inventory.names`` says what Slurm, Kubernetes
+    and the DCGM exporter call it when that differs. With ``discover`` on, Slurm's and
+    Kubernetes' own node lists decide which pool a node is in; a node in both pools gets the
+    steps of both (runbooks choose with ``when: "{{ node in kubernetes }}"``). If a system
+    cannot be asked, the inventory says so (``sources.problems``) and falls back to the
+    configured node list rather than blocking every command.
+    """
     slurm_to_bot = _reverse(config, "slurm")
     k8s_to_bot = _reverse(config, "kubernetes")
     static = frozenset(config.nodes)

@@ -24,7 +24,7 @@ CHECK_KINDS = ("promql", "command", "capacity", "alerts", "file", "slurm")
 ParamType = Literal["node", "nodes", "text", "int", "bool", "duration", "enum", "version"]
 # How a parameter weakens a guard (a check's floor, a blast-radius limit, a safer way of
 # working): "lower" (a value below its default), "higher" (above it), "changed" (any other
-# value). Such a value makes the request break-glass: see README "Writing runbooks".
+# value). Such a value makes the request break-glass: see docs/writing-runbooks.md.
 WeakensGuard = Literal["lower", "higher", "changed"]
 Risk = Literal["low", "medium", "high"]
 

@@ -15,6 +15,7 @@ from bot.runbooks.loading import LoadedRunbook
 from bot.store import audit
 from bot.store.db import now_iso
 from bot.store.schema import runbook_versions
+from bot.store.words import Kind
 
 _PG_VERSIONS_LOCK = 0x6772_7276  # advisory lock key: serialises recording on PostgreSQL
 
@@ -49,7 +50,7 @@ def record(conn: Connection, loaded: LoadedRunbook, actor: str) -> None:
             name=rb.name, version=rb.version, content_hash=loaded.content_hash,
             source=loaded.source, first_seen=now_iso(),
         ))
-        audit.append(conn, "runbook_version_recorded", actor, {
+        audit.append(conn, Kind.RUNBOOK_VERSION_RECORDED, actor, {
             "runbook": rb.name, "version": rb.version, "content_hash": loaded.content_hash,
             "path": loaded.path.name,
         })

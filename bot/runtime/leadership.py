@@ -1,34 +1,8 @@
-"""Leader election: of several ``runbook serve`` replicas on one database, one leads.
+"""Leader election: of several ``runbook serve`` replicas on one database, one leads and runs
+the leader-only tasks (``Leadership``); the methods are the electors below.
 
-The leader runs the leader-only tasks (the engine loop, the scheduler, the chat progress
-poster); every replica answers HTTP (Slack, /alerts, /healthz, /metrics). Methods, chosen
-by the ``leader_election`` section of the configuration:
-
-``postgres``
-    A session-level advisory lock (``pg_try_advisory_lock``) taken on a connection of its
-    own, held for as long as the replica leads. Every round the leader checks on that
-    connection that it still holds the lock; a failed check (the connection broke, the
-    server restarted) is a lost leadership. PostgreSQL releases the lock as soon as the
-    leader's session ends, so when its process dies (even by SIGKILL: the kernel closes the
-    socket) a follower gets the lock at its next try. TCP keepalives are set on both ends of
-    the connection, so a leader cut off by the network is noticed in seconds, not hours.
-``kubernetes``
-    A coordination.k8s.io/v1 Lease (adapters.kubernetes.leader.LeaseElector, the way
-    client-go elects). A dead leader's Lease expires after ``lease_seconds``.
-``none``
-    This replica always leads: SQLite (which supports one replica only), or a site that
-    runs exactly one replica.
-``auto`` (default)
-    ``none`` on SQLite; ``kubernetes`` when running in a cluster (KUBERNETES_SERVICE_HOST)
-    with a ``kubernetes`` section; else ``postgres``.
-
-An execution never depends on leadership alone for its safety: an engine drives an
-execution only while it holds the execution's lease (bot.execution.engine), so a leader that lost
-its leadership but still runs a step keeps that execution until the step ends, then hands
-it over; a leader that died leaves its executions to the new leader once their leases
-run out (``engine.lease_seconds``). That lease, not the election, dominates failover time.
-
-A replica's identity is ``hostname:pid`` (the pod name in Kubernetes).
+No execution's safety rests on leadership: an engine acts on an execution only under its own
+claim and lease (bot.execution.engine). Nothing here touches the bot's tables.
 """
 
 from __future__ import annotations
@@ -58,7 +32,7 @@ _APP_PREFIX = "runbook-election "  # application_name of election connections (p
 
 
 def identity() -> str:
-    """This replica's name among replicas: ``hostname:pid``."""
+    """This replica's name among replicas: ``hostname:pid`` (the pod name in Kubernetes)."""
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -73,6 +47,10 @@ class LeaderTask(Protocol):
 
 
 class Elector(Protocol):
+    """One method of election, chosen by the ``leader_election`` section of the
+    configuration (``make_elector``): ``PostgresElector``, ``KubernetesElector`` or
+    ``AlwaysLeader``; ``auto``, the default, picks one (``choose_method``)."""
+
     method: str
     identity: str
     problem: str | None  # the last round's error, None when the round went through
@@ -93,7 +71,8 @@ class Elector(Protocol):
 
 
 class AlwaysLeader:
-    """``method: none``: this replica always leads."""
+    """``method: none``: this replica always leads: SQLite (which supports one replica
+    only), or a site that runs exactly one replica."""
 
     method = "none"
 
@@ -120,7 +99,16 @@ class AlwaysLeader:
 
 
 class PostgresElector:
-    """A session-level advisory lock on a dedicated connection (see the module's docstring)."""
+    """``method: postgres``: a session-level advisory lock (``pg_try_advisory_lock``) taken
+    on a connection of its own, held for as long as the replica leads.
+
+    Every round the leader checks on that connection that it still holds the lock; a failed
+    check (the connection broke, the server restarted) is a lost leadership. PostgreSQL
+    releases the lock as soon as the leader's session ends, so when its process dies (even
+    by SIGKILL: the kernel closes the socket) a follower gets the lock at its next try. TCP
+    keepalives are set on both ends of the connection, so a leader cut off by the network is
+    noticed in seconds, not hours.
+    """
 
     method = "postgres"
 
@@ -224,7 +212,9 @@ class PostgresElector:
 
 
 class KubernetesElector:
-    """A coordination.k8s.io/v1 Lease through adapters.kubernetes.leader.LeaseElector."""
+    """``method: kubernetes``: a coordination.k8s.io/v1 Lease through
+    adapters.kubernetes.leader.LeaseElector, the way client-go elects. A dead leader's Lease
+    expires after ``lease_seconds``."""
 
     method = "kubernetes"
 
@@ -275,7 +265,9 @@ def in_cluster() -> bool:
 
 
 def choose_method(config: Config) -> str:
-    """The method ``auto`` stands for with this configuration (or the one configured)."""
+    """The method ``auto`` stands for with this configuration (or the one configured):
+    ``none`` on SQLite; ``kubernetes`` when running in a cluster (KUBERNETES_SERVICE_HOST)
+    with a ``kubernetes`` section; else ``postgres`` on PostgreSQL."""
     wanted = config.leader_election.method
     backend = make_url(config.resolved_database_url()).get_backend_name()
     if wanted != "auto":
@@ -373,6 +365,15 @@ class Leadership:
     the event is set and the threads are joined for up to ``stop_timeout`` seconds (an
     engine in the middle of a step finishes that step first, then hands its executions
     over). Each change is one line through ``log`` (stderr by default).
+
+    The tasks are the leader-only ones (the engine loop, the scheduler, the chat progress
+    poster); every replica answers HTTP (Slack, /alerts, /healthz, /metrics) whoever leads.
+    No execution depends on leadership alone for its safety: an engine drives an execution
+    only while it holds the execution's lease (bot.execution.engine), so a leader that lost
+    its leadership but still runs a step keeps that execution until the step ends, then
+    hands it over; a leader that died leaves its executions to the new leader once their
+    leases run out (``engine.lease_seconds``). That lease, not the election, dominates
+    failover time.
     """
 
     def __init__(self, elector: Elector, tasks: Sequence[LeaderTask], *,

@@ -1,15 +1,7 @@
-"""``runbook serve``: the bot's HTTP server and its engine.
+"""``runbook serve``: the bot's HTTP server and its engine and other background tasks.
 
-    POST /alerts    Alertmanager's webhook (version 4) -> proposals
-    GET  /healthz   200 when the database answers (followers too); says whether this
-                    replica leads: {"status": "ok", "leader": false, "replica": ...}
-    GET  /metrics   Prometheus metrics (executions, checks, approvals, proposals)
-
-Surfaces add POST routes (``Route``: Slack at /slack/events) and background tasks
-(``Task``). Tasks marked ``leader_only`` (the engine loop, the chat progress poster, the
-scheduler) run in one replica at a time, the leader (bot.runtime.leadership): they start when
-this replica becomes the leader and are stopped when it stops being the leader. The
-others, and the HTTP server, run in every replica.
+It imports no surface: surfaces hand it POST routes (``Route``) and tasks (``Task``); which
+tasks run in this replica is bot.runtime.leadership's to say.
 """
 
 from __future__ import annotations
@@ -29,6 +21,7 @@ from bot.runtime.leadership import Elector, Leadership, make_elector
 from bot.runtime.tasks import Task, engine_task
 from bot.service import Service
 from bot.store.schema import audit_events, executions, proposals, step_states
+from bot.store.words import Kind
 
 MAX_BODY = 5 * 1024 * 1024
 
@@ -61,8 +54,8 @@ class BotCollector:
                                     .group_by(executions.c.runbook, executions.c.state)).all()
             kinds: dict[str, int] = dict(conn.execute(
                 select(audit_events.c.kind, func.count())
-                .where(audit_events.c.kind.in_(["check_evaluated", "approved", "denied",
-                                                "step_finished", "step_failed"]))
+                .where(audit_events.c.kind.in_([Kind.CHECK_EVALUATED, Kind.APPROVED, Kind.DENIED,
+                                                Kind.STEP_FINISHED, Kind.STEP_FAILED]))
                 .group_by(audit_events.c.kind)).all())
             open_proposals = conn.execute(select(func.count()).select_from(proposals)
                                           .where(proposals.c.state == "open")).scalar_one()
@@ -102,15 +95,51 @@ class BotCollector:
         return histogram
 
 
+def health(bot: Service, leadership: Callable[[], Mapping[str, Any]] | None) -> Response:
+    """GET /healthz: 200 when the database answers, with what leadership says."""
+    try:
+        with bot.db.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        return _json(503, {"status": "unhealthy", "database": str(exc)[:200]})
+    return _json(200, {"status": "ok", **(leadership() if leadership else {})})
+
+
+def alerts(bot: Service, body: bytes) -> Response:
+    """POST /alerts: Alertmanager's webhook to proposals."""
+    try:
+        webhook = proposing.parse(body)
+    except proposing.BadPayload as exc:
+        return _json(400, {"error": str(exc)})
+    touched = proposing.receive(bot, webhook)
+    return _json(200, {"proposals": [
+        {"id": p.id, "runbook": p.runbook, "params": p.params, "state": p.state,
+         "alert_status": p.alert_status} for p in touched]})
+
+
+def _json(status: int, data: Any) -> Response:
+    return Response(status, json.dumps(data).encode())
+
+
 def make_handler(bot: Service, routes: Mapping[str, Route] | None = None, *,
                  leadership: Callable[[], Mapping[str, Any]] | None = None,
                  ) -> type[BaseHTTPRequestHandler]:
-    """``leadership``: what /healthz adds about leader election (Leadership.status)."""
+    """The HTTP handler:
+
+        POST /alerts    Alertmanager's webhook (version 4) -> proposals
+        GET  /healthz   200 when the database answers (followers too); says whether this
+                        replica leads: {"status": "ok", "leader": false, "replica": ...}
+        GET  /metrics   Prometheus metrics (executions, checks, approvals, proposals)
+
+    and the surfaces' POST ``routes`` (Slack at /slack/events). ``leadership``: what
+    /healthz adds about leader election (Leadership.status).
+    """
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry()
     registry.register(BotCollector(bot))
-    extra = dict(routes or {})
+    posts: dict[str, Route] = {"/alerts": lambda headers, body: alerts(bot, body),
+                               **(routes or {})}
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -119,56 +148,35 @@ def make_handler(bot: Service, routes: Mapping[str, Route] | None = None, *,
         def log_message(self, format: str, *args: Any) -> None:
             pass  # requests are not worth a line each; the audit log has what matters
 
-        def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
+        def _send(self, answer: Response) -> None:
+            self.send_response(answer.status)
+            self.send_header("Content-Type", answer.content_type)
+            self.send_header("Content-Length", str(len(answer.body)))
             self.end_headers()
-            self.wfile.write(body)
-
-        def _json(self, code: int, data: Any) -> None:
-            self._send(code, json.dumps(data).encode())
+            self.wfile.write(answer.body)
 
         def do_GET(self) -> None:
             if self.path == "/healthz":
-                try:
-                    with bot.db.connect() as conn:
-                        conn.execute(text("SELECT 1"))
-                except Exception as exc:
-                    self._json(503, {"status": "unhealthy", "database": str(exc)[:200]})
-                    return
-                self._json(200, {"status": "ok", **(leadership() if leadership else {})})
+                self._send(health(bot, leadership))
             elif self.path == "/metrics":
-                self._send(200, generate_latest(registry), "text/plain; version=0.0.4")
+                self._send(Response(200, generate_latest(registry), "text/plain; version=0.0.4"))
             else:
-                self._json(404, {"error": f"no {self.path} here: /alerts, /healthz, /metrics"})
+                self._send(_json(404, {"error": f"no {self.path} here: /alerts, /healthz, "
+                                                "/metrics"}))
 
         def do_POST(self) -> None:
             path = self.path.split("?", 1)[0]
-            if path != "/alerts" and path not in extra:
-                known = ", ".join(["/alerts", *sorted(extra)])
-                self._json(404, {"error": f"no {self.path} here: POST {known}"})
+            if path not in posts:
+                known = ", ".join(["/alerts", *sorted(set(posts) - {"/alerts"})])
+                self._send(_json(404, {"error": f"no {self.path} here: POST {known}"}))
                 return
             length = int(self.headers.get("Content-Length") or 0)
             if length <= 0 or length > MAX_BODY:
-                self._json(400 if length <= 0 else 413,
-                           {"error": f"the body must be 1 to {MAX_BODY} bytes"})
+                self._send(_json(400 if length <= 0 else 413,
+                                 {"error": f"the body must be 1 to {MAX_BODY} bytes"}))
                 return
-            body = self.rfile.read(length)
-            if path in extra:
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                answer = extra[path](headers, body)
-                self._send(answer.status, answer.body, answer.content_type)
-                return
-            try:
-                webhook = proposing.parse(body)
-            except proposing.BadPayload as exc:
-                self._json(400, {"error": str(exc)})
-                return
-            touched = proposing.receive(bot, webhook)
-            self._json(200, {"proposals": [
-                {"id": p.id, "runbook": p.runbook, "params": p.params, "state": p.state,
-                 "alert_status": p.alert_status} for p in touched]})
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            self._send(posts[path](headers, self.rfile.read(length)))
 
     return Handler
 
@@ -185,8 +193,10 @@ def serve(bot: Service, host: str, port: int, report: Reporter,
           tasks: Sequence[Task] = (), elector: Elector | None = None) -> None:
     """Serve HTTP and run the engine and ``tasks`` until ``stop`` is set.
 
-    Leader-only tasks (the engine among them) run only while this replica leads
-    (``elector``: default from the configuration's ``leader_election``).
+    Leader-only tasks (the engine loop, the chat progress poster, the scheduler) run in one
+    replica at a time, the leader (``elector``: default from the configuration's
+    ``leader_election``): they start when this replica becomes the leader and are stopped
+    when it stops being the leader. The others, and the HTTP server, run in every replica.
     """
     stop = stop or threading.Event()
     everything = [engine_task(bot, report), *tasks]

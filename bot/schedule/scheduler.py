@@ -1,24 +1,8 @@
-"""The leader's scheduler: APScheduler 3 (BackgroundScheduler) over a SQLAlchemyJobStore in
-the bot's own database, firing schedules and maintenance windows.
+"""The leader's scheduler (``Scheduler``): APScheduler 3 over a SQLAlchemyJobStore in the
+bot's own database, firing schedules and maintenance windows.
 
-``runbook serve`` runs it as the leader-only task "scheduler": it starts when the task
-starts and shuts down when the task is told to stop, so with several replicas only the
-leader fires. The ``schedules`` and ``maintenance_windows`` tables are the truth (any
-replica, the CLI and chat write them); every ``scheduling.poll_seconds`` the leader brings
-APScheduler's jobs in step with them, moves windows along and wakes APScheduler up.
-
-Restarts and failovers, on purpose (README "Schedules"):
-
-- the job store is persistent, so a fire time that passed while no leader ran is found
-  when the next leader starts;
-- ``coalesce=True``: several passed fire times of one schedule give one run (the latest);
-  the earlier ones are reported as missed (audit ``schedule_missed``, ``schedule list``);
-- ``misfire_grace_time`` (``scheduling.misfire_grace``, default 15 minutes): a fire time
-  found later than that is not run late but reported as missed; a window's end has no
-  grace (it always closes, however late);
-- a fire time is dealt with once: its ``scheduled_runs`` row is written with its
-  execution, so a job run again after a crash (APScheduler saves a job's next time only
-  after handing it to its executor) or by two schedulers at once requests nothing twice.
+It only fires: the ``schedules`` and ``maintenance_windows`` tables say what and when, and
+each fire goes through bot.schedule.scheduling or bot.schedule.windows.
 """
 
 from __future__ import annotations
@@ -34,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from bot.schedule import scheduling, windows
 from bot.service import Service
 from bot.store import audit
+from bot.store.words import Kind
 
 if TYPE_CHECKING:
     pass
@@ -59,7 +44,28 @@ class _Wanted:
 
 
 class Scheduler:
-    """One APScheduler over the bot's database; ``start``, ``tick`` (every poll), ``stop``."""
+    """One APScheduler (BackgroundScheduler) over the bot's database; ``start``, ``tick``
+    (every poll), ``stop``.
+
+    ``runbook serve`` runs it as the leader-only task "scheduler": it starts when the task
+    starts and shuts down when the task is told to stop, so with several replicas only the
+    leader fires. The ``schedules`` and ``maintenance_windows`` tables are the truth (any
+    replica, the CLI and chat write them); every ``scheduling.poll_seconds`` the leader
+    brings APScheduler's jobs in step with them, moves windows along and wakes APScheduler
+    up. Restarts and failovers, on purpose (docs/schedules-and-windows.md):
+
+    - the job store is persistent, so a fire time that passed while no leader ran is found
+      when the next leader starts;
+    - ``coalesce=True``: several passed fire times of one schedule give one run (the
+      latest); the earlier ones are reported as missed (audit ``schedule_missed``,
+      ``schedule list``);
+    - ``misfire_grace_time`` (``scheduling.misfire_grace``, default 15 minutes): a fire
+      time found later than that is not run late but reported as missed; a window's end
+      has no grace (it always closes, however late);
+    - a fire time is dealt with once: its ``scheduled_runs`` row is written with its
+      execution, so a job run again after a crash (APScheduler saves a job's next time only
+      after handing it to its executor) or by two schedulers at once requests nothing twice.
+    """
 
     def __init__(self, bot: Service, say: Callable[[str], None] = log_line) -> None:
         self.bot = bot
@@ -261,7 +267,7 @@ class Scheduler:
             self.say(f"{job_id} failed: {type(exc).__name__}: {exc}")
             try:
                 with self.bot.db.begin() as conn:
-                    audit.append(conn, "scheduler_job_failed", "scheduler", {
+                    audit.append(conn, Kind.SCHEDULER_JOB_FAILED, "scheduler", {
                         "job": job_id, "error": f"{type(exc).__name__}: {exc}"[:2000]})
             except Exception as again:
                 self.say(f"{job_id}: could not record the failure either: {again}")

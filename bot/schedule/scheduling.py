@@ -1,27 +1,8 @@
 """Schedules: a runbook requested at a time (``at``) or on a crontab (``cron``).
 
-    schedule add NAME key=value... cron="0 2 * * SAT" [tz=Europe/Istanbul] [approve=ahead]
-    schedule add NAME key=value... at="2026-12-05 02:00" [tz=...] [approve=ahead]
-
-A schedule is checked when it is added: the runbook exists, the parameters are valid and
-the plan is made (its hash kept), the crontab or the time reads, the time zone exists and
-the schedule fires at least once more. Anything wrong is refused with what to fix, and
-nothing is stored. Every run is an ordinary request (``Service.request``) whose requester is
-the person who added the schedule, with source "schedule":
-
-- ``approve=ahead``: approvers approve the schedule beforehand (``schedule approve ID``),
-  bound to the plan hash. At fire time the runbook is planned again; the same hash and
-  enough acceptable approvers make the execution approved at once (the approvers are in
-  its audit log), anything else leaves a normal request waiting for approval, with an
-  audit event saying why the approvals ahead did not apply.
-- otherwise (``when_due``) the run is a request awaiting approval when it fires (chat
-  surfaces post it), unless its runbook needs none.
-
-The database is the truth: these functions only write the ``schedules`` table; the leader's
-scheduler (bot.schedule.scheduler) keeps APScheduler's job store in step with it and calls ``fire``
-and ``missed``. A fire time is dealt with once: its ``scheduled_runs`` row is written in the
-same transaction as its execution, so a second fire of the same time (a restart between
-running a job and APScheduler saving its next time, or two schedulers) is ignored.
+The database is the truth: these functions only write the ``schedules`` table (and a fire
+time's ``scheduled_runs`` row); they never fire by themselves: the leader's scheduler
+(bot.schedule.scheduler) calls ``fire`` and ``missed``. Every run is an ordinary request.
 """
 
 from __future__ import annotations
@@ -40,12 +21,12 @@ from sqlalchemy.exc import IntegrityError
 from bot.config import ScheduleConfig
 from bot.execution.approval import approval_problem, may_steer
 from bot.execution.planning import approval_policy
-from bot.runbooks.params import params_text
 from bot.schedule import ahead
 from bot.service import Preapproval, Service
 from bot.store import audit
 from bot.store.db import now_iso
 from bot.store.schema import scheduled_runs, schedules
+from bot.store.words import Kind
 from kit.canonical import canonical
 from kit.durations import parse_duration
 from kit.errors import Refused
@@ -264,12 +245,20 @@ def approvers_ahead(bot: Service, schedule: Schedule) -> list[str]:
 def add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, *, cron: str | None = None,
         at: str | None = None, tz: str | None = None, approve: str = "when_due",
         source: str = "cli") -> Schedule:
-    """Check and store a schedule; Refused (and nothing stored) when anything is wrong."""
+    """Check and store a schedule; Refused (and nothing stored) when anything is wrong.
+
+        schedule add NAME key=value... cron="0 2 * * SAT" [tz=Europe/Istanbul] [approve=ahead]
+        schedule add NAME key=value... at="2026-12-05 02:00" [tz=...] [approve=ahead]
+
+    Checked: the runbook exists, the parameters are valid and the plan is made (its hash
+    kept), the crontab or the time reads, the time zone exists and the schedule fires at
+    least once more. Anything wrong is refused with what to fix.
+    """
     try:
         return _add(bot, runbook, raw, user, cron, at, tz, approve, source)
     except Refused as exc:
         with bot.db.begin() as conn:
-            audit.append(conn, "schedule_refused", user, {
+            audit.append(conn, Kind.SCHEDULE_REFUSED, user, {
                 "runbook": runbook[:64], "params": {k[:41]: str(v)[:200] for k, v in raw.items()},
                 "cron": cron, "at": at, "tz": tz, "approve": approve, "source": source,
                 "reason": str(exc)[:2000]})
@@ -292,7 +281,7 @@ def _add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, cron: st
                               plan_hash=plan.hash, created_by=user, created_at=now,
                               source=source, updated_at=now)
         schedule = _get(conn, schedule_id)
-        audit.append(conn, "schedule_added", user, _describe(schedule))
+        audit.append(conn, Kind.SCHEDULE_ADDED, user, _describe(schedule))
     return schedule
 
 
@@ -369,8 +358,8 @@ def steer(bot: Service, schedule_id: int, user: str, verb: str) -> Schedule:
         if schedule.state not in LIVE or (wanted_from and schedule.state != wanted_from):
             raise Refused(f"schedule {schedule.id} is {schedule.state}: cannot {verb} it")
         _set(conn, schedule.id, state=to)
-        kind = {"pause": "schedule_paused", "resume": "schedule_resumed",
-                "remove": "schedule_removed"}[verb]
+        kind = {"pause": Kind.SCHEDULE_PAUSED, "resume": Kind.SCHEDULE_RESUMED,
+                "remove": Kind.SCHEDULE_REMOVED}[verb]
         audit.append(conn, kind, user,
                      {"schedule": schedule.id, "runbook": schedule.runbook, "state": to})
         return _get(conn, schedule.id)
@@ -395,8 +384,8 @@ def approve(bot: Service, schedule_id: int, user: str) -> tuple[Schedule, list[s
     note = ""
     with bot.db.begin() as conn:
         if problem is not None:
-            audit.append(conn, "approval_refused", user, {"reason": problem,
-                                                          "subject": schedule.subject})
+            audit.append(conn, Kind.APPROVAL_REFUSED, user, {"reason": problem,
+                                                             "subject": schedule.subject})
         else:
             if plan.hash != schedule.plan_hash:
                 note = (f"the plan changed since the schedule was added (now {plan.hash[:12]}): "
@@ -407,7 +396,7 @@ def approve(bot: Service, schedule_id: int, user: str) -> tuple[Schedule, list[s
                 problem = f"{user} has already approved schedule {schedule.id}"
             else:
                 names = ahead.approvers(conn, schedule.subject, plan.hash)
-                audit.append(conn, "schedule_approved", user, {
+                audit.append(conn, Kind.SCHEDULE_APPROVED, user, {
                     "schedule": schedule.id, "runbook": schedule.runbook,
                     "plan_hash": plan.hash, "approvals": len(names),
                     "required": plan.approval.required})
@@ -439,13 +428,13 @@ def sync_config(bot: Service) -> list[str]:
         except Refused as exc:
             problems.append(f"schedules: {name}: {exc}")
             with bot.db.begin() as conn:
-                audit.append(conn, "schedule_refused", "config", {
+                audit.append(conn, Kind.SCHEDULE_REFUSED, "config", {
                     "config_name": name, "runbook": entry.runbook, "reason": str(exc)[:2000]})
     for name, schedule in rows.items():
         if name not in wanted and schedule.state in LIVE:
             with bot.db.begin() as conn:
                 _set(conn, schedule.id, state=REMOVED)
-                audit.append(conn, "schedule_removed", "config", {
+                audit.append(conn, Kind.SCHEDULE_REMOVED, "config", {
                     "schedule": schedule.id, "config_name": name,
                     "why": "no longer in the configuration"})
     return problems
@@ -472,12 +461,12 @@ def _sync_entry(bot: Service, entry: ScheduleConfig, existing: Schedule | None) 
         if existing is None:
             schedule_id = _insert(conn, created_at=now, source="config",
                                   config_name=entry.name, **values)
-            audit.append(conn, "schedule_added", "config", _describe(_get(conn, schedule_id)))
+            audit.append(conn, Kind.SCHEDULE_ADDED, "config", _describe(_get(conn, schedule_id)))
         else:
             conn.execute(update(schedules).where(schedules.c.id == existing.id).values(
                 state=ACTIVE, revision=existing.revision + 1, last_handled=None,
                 created_at=now, **values))
-            audit.append(conn, "schedule_changed", "config", _describe(_get(conn, existing.id)))
+            audit.append(conn, Kind.SCHEDULE_CHANGED, "config", _describe(_get(conn, existing.id)))
 
 
 def _text(value: Any) -> str:
@@ -522,7 +511,19 @@ def _due(schedule: Schedule, now: datetime) -> tuple[datetime | None, list[datet
 
 
 def fire(bot: Service, schedule_id: int, now: datetime | None = None) -> FireOutcome:
-    """Request the schedule's run for its latest fire time; at most once per fire time."""
+    """Request the schedule's run for its latest fire time; at most once per fire time.
+
+    The run is an ordinary request (``Service.request``) whose requester is the person who
+    added the schedule, with source "schedule". With ``approve=ahead`` (approvers approved
+    the schedule beforehand, ``schedule approve ID``, bound to the plan hash) the runbook is
+    planned again: the same hash and enough acceptable approvers make the execution approved
+    at once (the approvers are in its audit log); anything else leaves a normal request
+    waiting for approval, with an audit event saying why the approvals ahead did not apply.
+    Otherwise (``when_due``) the run is a request awaiting approval (chat surfaces post it),
+    unless its runbook needs none. The fire time's ``scheduled_runs`` row is written in the
+    same transaction as its execution, so a second fire of the same time (a restart between
+    running a job and APScheduler saving its next time, or two schedulers) is ignored.
+    """
     moment = now or now_utc()
     try:
         schedule = get(bot, schedule_id)
@@ -548,7 +549,7 @@ def fire(bot: Service, schedule_id: int, now: datetime | None = None) -> FireOut
         record_run(conn, schedule.subject, key, "requested", execution_id)
         _set(conn, schedule.id, last_handled=key, last_execution_id=execution_id,
              last_outcome=f"requested execution {execution_id}", **ended)
-        audit.append(conn, "schedule_fired", "scheduler", {
+        audit.append(conn, Kind.SCHEDULE_FIRED, "scheduler", {
             "schedule": schedule.id, "runbook": schedule.runbook, "scheduled_for": key,
             "late_by_seconds": round((moment - due).total_seconds(), 3),
             "requested_by": schedule.created_by, "approve": schedule.approve,
@@ -595,7 +596,7 @@ def missed(bot: Service, schedule_id: int, scheduled_for: datetime,
         _set(conn, schedule.id, last_handled=key, missed=fresh.missed + 1,
              last_outcome=f"missed {key}: {why}",
              state=MISSED if schedule.at and fresh.state in LIVE else fresh.state)
-        audit.append(conn, "schedule_missed", "scheduler", {
+        audit.append(conn, Kind.SCHEDULE_MISSED, "scheduler", {
             "schedule": schedule.id, "runbook": schedule.runbook, "scheduled_for": [key],
             "count": 1, "late_by_seconds": round(late, 3),
             "grace_seconds": grace_seconds(bot), "why": why})
@@ -609,7 +610,7 @@ def _report_coalesced(bot: Service, schedule: Schedule, times: Sequence[datetime
     with bot.db.begin() as conn:
         fresh = _get(conn, schedule.id)
         _set(conn, schedule.id, missed=fresh.missed + len(keys))
-        audit.append(conn, "schedule_missed", "scheduler", {
+        audit.append(conn, Kind.SCHEDULE_MISSED, "scheduler", {
             "schedule": schedule.id, "runbook": schedule.runbook, "scheduled_for": keys[:20],
             "count": len(keys), "coalesced_into": utc_iso(instead),
             "why": "fire times that passed while the bot was not running are coalesced: "
@@ -617,36 +618,3 @@ def _report_coalesced(bot: Service, schedule: Schedule, times: Sequence[datetime
 
 
 # --- text for people --------------------------------------------------------------------
-
-
-def line(bot: Service, schedule: Schedule) -> str:
-    upcoming = next_fire(schedule)
-    nxt = f"next {utc_iso(upcoming)}" if upcoming else "no next run"
-    approve = ""
-    if schedule.approve == "ahead":
-        approve = f", approved ahead by {', '.join(approvers_ahead(bot, schedule)) or 'nobody yet'}"
-    missed_text = f", MISSED {schedule.missed}" if schedule.missed else ""
-    last = f"; last: {schedule.last_outcome}" if schedule.last_outcome else ""
-    return (f"{schedule.id}: {schedule.runbook} {params_text(schedule.params)} "
-            f"{schedule.when} [{schedule.state}] by {schedule.created_by}; {nxt}"
-            f"{approve}{missed_text}{last}")
-
-
-def show_text(bot: Service, schedule: Schedule) -> str:
-    names = approvers_ahead(bot, schedule)
-    upcoming = next_fire(schedule)
-    lines = [
-        f"schedule {schedule.id}: {schedule.runbook} — {schedule.state.upper()}",
-        "parameters: " + params_text(schedule.params),
-        f"when: {schedule.when}"
-        + (f"; next {utc_iso(upcoming)}" if upcoming else "; no next run"),
-        f"requested by {schedule.created_by} (added {schedule.created_at[:19]}, source "
-        f"{schedule.source}{', ' + schedule.config_name if schedule.config_name else ''})",
-        ("approval: ahead, bound to plan " + schedule.plan_hash[:12] + "; approved by "
-         + (", ".join(names) or "nobody yet") + f" (schedule approve {schedule.id})")
-        if schedule.approve == "ahead" else "approval: approvers are asked when it fires",
-        f"missed fire times: {schedule.missed}",
-    ]
-    if schedule.last_outcome:
-        lines.append(f"last: {schedule.last_outcome} (fire time {schedule.last_handled})")
-    return "\n".join(lines)

@@ -1,38 +1,8 @@
 """Maintenance windows: nodes, a start, a duration, the runbooks to run inside, and the
-approvals collected ahead for all of it.
+approvals collected ahead for all of it (``Window`` describes its states).
 
-    window create NODES start="2026-12-05 02:00" duration=4h [tz=...] [reason=...]
-                  [runbooks="drain-node node=gpu04 reason=fw; resume-node node=gpu04"]
-
-Opening and closing are audited executions of the ``open-window`` and ``close-window``
-runbooks, so locks, audit, undo and approval work as for any runbook:
-
-- at the start (the leader's scheduler, or ``window open ID`` ahead of time) the window
-  requests ``open-window``: a Slurm MAINT reservation ``window-ID`` for its Slurm nodes, a
-  cordon of its Kubernetes nodes (marked as the window's), a silence of its nodes' alerts
-  and a chat message. With the approvals collected ahead (``window approve ID``, bound to
-  the digest of every plan of the window) and an unchanged plan it runs unattended;
-  otherwise it waits for approval like any request;
-- once open, the runbooks inside are requested one after the other, each with the same
-  approvals ahead (counted only where that runbook's policy accepts the approver, and only
-  when its plan is still the one approved); a run that does not succeed stops the rest;
-- at the end (or ``window cancel ID`` while open) runs not started are cancelled, a running
-  one is waited for, and ``close-window`` deletes the reservation, uncordons what the
-  window cordoned, expires the silence and reports what ran inside.
-
-A window holds its nodes while it is opening, open or closing: its open-window takes
-``node:NAME`` for each of them when it is requested (with ``window:ID``), and those node
-locks stay the window's when that execution ends, until the window ends (closed, failed,
-cancelled or missed: ``_set`` releases them on that transition). The runbooks inside and
-close-window are requested with ``window_id=ID``: each may take a node lock the window holds,
-lent to it until it ends and then back to the window (bot.execution.locking). Anybody else's request
-on those nodes is refused, naming the window; a window does not open over a node somebody
-else holds (its open-window is refused, and the window fails saying who holds it).
-
-A start later than the misfire grace (the bot was down) is reported as missed and not
-opened late; an end is always dealt with, however late, so nothing stays cordoned.
-``windows: required`` runbooks need one more approval outside an open window over their
-nodes (bot.service).
+Nothing here acts on a system: opening and closing are executions of ``open-window`` and
+``close-window`` requested through ``Service``, with locks, audit, undo and approval.
 """
 
 from __future__ import annotations
@@ -71,9 +41,10 @@ from bot.schedule.scheduling import (
     zone,
 )
 from bot.service import Preapproval, Service
-from bot.store import audit
+from bot.store import audit, words
 from bot.store.db import now_iso
 from bot.store.schema import maintenance_windows
+from bot.store.words import Kind, State
 from kit.canonical import canonical
 from kit.durations import format_duration, parse_duration
 from kit.errors import Refused
@@ -85,11 +56,43 @@ CREATING = "creating"  # a row whose plans are being made; never seen by anythin
 ENDED = (CLOSED, CANCELLED, MISSED, FAILED)
 MIN_SECONDS, MAX_SECONDS = 60.0, 14 * 86400.0
 MAX_INSIDE = 20
-NOT_STARTED = ("awaiting_approval", "approved")
+NOT_STARTED = words.NOT_STARTED  # executions that can still be cancelled cleanly
 
 
 @dataclass(frozen=True)
 class Window:
+    """A maintenance window as stored. Its ``state`` moves so (``advance`` drives it along):
+
+    - ``scheduled`` -> ``opening``: at the start (``fire_open``, the leader's scheduler) or
+      ahead of it (``open_now``, ``window open ID``) it requests ``open-window``: a Slurm
+      MAINT reservation ``window-ID`` for its Slurm nodes, a cordon of its Kubernetes nodes
+      (marked as the window's), a silence of its nodes' alerts and a chat message. With the
+      approvals collected ahead (``approve``, bound to ``digest``, the digest of every plan
+      of the window) and an unchanged plan it runs unattended; otherwise it waits for
+      approval like any request. A start later than the misfire grace (the bot was down) is
+      ``missed`` (``missed_open``), not opened late; an open-window refused or not
+      succeeding makes it ``failed``.
+    - ``opening`` -> ``open`` once open-window succeeded; the runbooks inside are then
+      requested one after the other (``_run_inside``), each with the same approvals ahead
+      (counted only where that runbook's policy accepts the approver, and only when its plan
+      is still the one approved); a run that does not succeed stops the rest.
+    - -> ``closing`` -> ``closed``: at the end (``fire_close``; an end is always dealt with,
+      however late, so nothing stays cordoned) or on ``cancel``, runs not started are
+      cancelled, a running one is waited for, and ``close-window`` deletes the reservation,
+      uncordons what the window cordoned, expires the silence and reports what ran inside.
+      A window cancelled before it opened is ``cancelled`` (``missed`` when its end came).
+
+    From the request of its open-window (which takes ``node:NAME`` for each node, with
+    ``window:ID``) until it ends, the window holds its nodes: those locks stay the window's
+    when that execution ends, and ``_set`` releases them on the transition to an ended state.
+    Its own runs (the runbooks inside, close-window: requested with ``window_id=ID``) borrow
+    them in turn (bot.execution.locking). Anybody else's request on those nodes is refused,
+    naming the window; a window does not open over a node somebody else holds (its
+    open-window is refused, and the window fails saying who holds it). A ``windows:
+    required`` runbook needs one more approval outside an open window over its nodes
+    (``Service.plan``).
+    """
+
     id: int
     nodes: str
     starts_at: str
@@ -217,12 +220,16 @@ def parse_runbooks(text: str) -> list[tuple[str, dict[str, str]]]:
 def create(bot: Service, nodes: str, user: str, *, start: str, duration: str,
            runbooks: str = "", reason: str = "maintenance window",
            tz: str | None = None) -> Window:
-    """Check, plan and store a window; Refused (nothing stored) when anything is wrong."""
+    """Check, plan and store a window; Refused (nothing stored) when anything is wrong.
+
+        window create NODES start="2026-12-05 02:00" duration=4h [tz=...] [reason=...]
+                      [runbooks="drain-node node=gpu04 reason=fw; resume-node node=gpu04"]
+    """
     try:
         return _create(bot, nodes, user, start, duration, runbooks, reason, tz)
     except Refused as exc:
         with bot.db.begin() as conn:
-            audit.append(conn, "window_refused", user, {
+            audit.append(conn, Kind.WINDOW_REFUSED, user, {
                 "nodes": nodes[:200], "start": start[:40], "duration": duration[:40],
                 "runbooks": runbooks[:2000], "reason": str(exc)[:2000]})
         raise
@@ -233,39 +240,10 @@ def _create(bot: Service, nodes_text: str, user: str, start: str, duration: str,
     if not bot.config.matches(user, bot.config.requesters):
         raise Refused(f"{user} may not request runbooks, so may not create windows either "
                       f"(requesters: {', '.join(bot.config.requesters)})")
-    try:
-        names = hostlist.expand(nodes_text)
-    except ValueError as exc:
-        raise Refused(f'nodes "{nodes_text[:80]}": {exc}') from None
-    unknown = sorted(set(names) - bot.inventory.nodes)
-    if not names or unknown:
-        raise Refused(f"nodes: {', '.join(unknown[:10]) or 'none given'}: not known node(s)")
+    names = _known_nodes(bot, nodes_text)
     nodes = hostlist.compress(names)
-    tz_name = tz or bot.config.scheduling.timezone
-    now = now_utc()
-    starts = (now if start.strip().lower() in ("now", "")
-              else parse_at(start, zone(tz_name), "start"))
-    if starts < now - timedelta(minutes=1):
-        raise Refused(f'start="{start}" is in the past (it is now {utc_iso(now)} UTC); '
-                      "say start=now to open it at once")
-    try:
-        seconds = parse_duration(duration)
-    except ValueError as exc:
-        raise Refused(f"duration: {exc}") from None
-    if not MIN_SECONDS <= seconds <= MAX_SECONDS:
-        raise Refused(f"duration: {duration} is outside 1m..14d")
-    inside = []
-    window_nodes = frozenset(names)
-    for name, params in parse_runbooks(runbooks_text):
-        if name in (OPEN_RUNBOOK, CLOSE_RUNBOOK):
-            raise Refused(f"runbooks: {name} is what the window itself runs")
-        plan = bot.plan(name, params, window=window_nodes)
-        outside = runbook_nodes(bot.runbook(name), plan.params) - window_nodes
-        if outside:
-            raise Refused(f"runbooks: {name} acts on {hostlist.compress(sorted(outside))}, "
-                          f"outside the window's nodes {nodes}")
-        inside.append({"runbook": name, "params": params, "plan_hash": plan.hash,
-                       "required": plan.approval.required})
+    starts, seconds = _when(bot, start, duration, tz)
+    inside = _plans_inside(bot, runbooks_text, frozenset(names), nodes)
     created = now_iso()
     with bot.db.begin() as conn:  # an ID first: the window's plans name it
         result = conn.execute(maintenance_windows.insert().values(
@@ -292,11 +270,57 @@ def _create(bot: Service, nodes_text: str, user: str, start: str, duration: str,
         _set(conn, window_id, plans=plans, digest=plans_digest(plans), runs=runs,
              state=SCHEDULED)
         window = _get(conn, window_id)
-        audit.append(conn, "window_created", user, {
+        audit.append(conn, Kind.WINDOW_CREATED, user, {
             "window": window.id, "nodes": nodes, "starts_at": window.starts_at,
             "duration_seconds": seconds, "reason": reason, "plans": plans,
             "digest": window.digest})
     return window
+
+
+def _known_nodes(bot: Service, nodes_text: str) -> list[str]:
+    try:
+        names = hostlist.expand(nodes_text)
+    except ValueError as exc:
+        raise Refused(f'nodes "{nodes_text[:80]}": {exc}') from None
+    unknown = sorted(set(names) - bot.inventory.nodes)
+    if not names or unknown:
+        raise Refused(f"nodes: {', '.join(unknown[:10]) or 'none given'}: not known node(s)")
+    return names
+
+
+def _when(bot: Service, start: str, duration: str, tz: str | None) -> tuple[datetime, float]:
+    """The window's start (UTC) and length; Refused for the past or a length out of range."""
+    tz_name = tz or bot.config.scheduling.timezone
+    now = now_utc()
+    starts = (now if start.strip().lower() in ("now", "")
+              else parse_at(start, zone(tz_name), "start"))
+    if starts < now - timedelta(minutes=1):
+        raise Refused(f'start="{start}" is in the past (it is now {utc_iso(now)} UTC); '
+                      "say start=now to open it at once")
+    try:
+        seconds = parse_duration(duration)
+    except ValueError as exc:
+        raise Refused(f"duration: {exc}") from None
+    if not MIN_SECONDS <= seconds <= MAX_SECONDS:
+        raise Refused(f"duration: {duration} is outside 1m..14d")
+    return starts, seconds
+
+
+def _plans_inside(bot: Service, runbooks_text: str, window_nodes: frozenset[str],
+                  nodes: str) -> list[dict[str, Any]]:
+    """Plan each runbook to run inside the window; each must stay on the window's nodes."""
+    inside = []
+    for name, params in parse_runbooks(runbooks_text):
+        if name in (OPEN_RUNBOOK, CLOSE_RUNBOOK):
+            raise Refused(f"runbooks: {name} is what the window itself runs")
+        plan = bot.plan(name, params, window=window_nodes)
+        outside = runbook_nodes(bot.runbook(name), plan.params) - window_nodes
+        if outside:
+            raise Refused(f"runbooks: {name} acts on {hostlist.compress(sorted(outside))}, "
+                          f"outside the window's nodes {nodes}")
+        inside.append({"runbook": name, "params": params, "plan_hash": plan.hash,
+                       "required": plan.approval.required})
+    return inside
 
 
 # --- approving, cancelling, opening now ----------------------------------------------------
@@ -335,8 +359,8 @@ def approve(bot: Service, window_id: int, user: str) -> tuple[Window, list[str],
     note = ""
     with bot.db.begin() as conn:
         if problems:
-            audit.append(conn, "approval_refused", user, {"reason": "; ".join(problems),
-                                                          "subject": window.subject})
+            audit.append(conn, Kind.APPROVAL_REFUSED, user, {"reason": "; ".join(problems),
+                                                             "subject": window.subject})
         else:
             digest = plans_digest(plans)
             if digest != window.digest:
@@ -348,7 +372,7 @@ def approve(bot: Service, window_id: int, user: str) -> tuple[Window, list[str],
                 _set(conn, window.id, plans=plans, digest=digest, runs=runs)
             if ahead.record(conn, window.subject, user, digest):
                 names = ahead.approvers(conn, window.subject, digest)
-                audit.append(conn, "window_approved", user, {
+                audit.append(conn, Kind.WINDOW_APPROVED, user, {
                     "window": window.id, "digest": digest, "approvals": len(names),
                     "plans": [{"runbook": p["runbook"], "plan_hash": p["plan_hash"],
                                "required": p["required"]} for p in plans]})
@@ -390,12 +414,12 @@ def cancel(bot: Service, window_id: int, user: str) -> Window:
     if window.state == SCHEDULED:
         with bot.db.begin() as conn:
             _set(conn, window.id, state=CANCELLED, report=f"cancelled by {user} before it opened")
-            audit.append(conn, "window_cancelled", user, {"window": window.id,
-                                                          "state": window.state})
+            audit.append(conn, Kind.WINDOW_CANCELLED, user, {"window": window.id,
+                                                             "state": window.state})
         return get(bot, window.id)
     with bot.db.begin() as conn:
-        audit.append(conn, "window_cancelled", user, {"window": window.id,
-                                                      "state": window.state})
+        audit.append(conn, Kind.WINDOW_CANCELLED, user, {"window": window.id,
+                                                         "state": window.state})
     _begin_close(bot, window, actor=user, why=f"cancelled by {user}")
     return get(bot, window.id)
 
@@ -426,7 +450,7 @@ def _open(bot: Service, window: Window, actor: str) -> str:
     def also(conn: Connection, execution_id: int) -> None:
         record_run(conn, subject, key, "requested", execution_id)
         _set(conn, window.id, state=OPENING, open_execution_id=execution_id)
-        audit.append(conn, "window_opening", actor, {
+        audit.append(conn, Kind.WINDOW_OPENING, actor, {
             "window": window.id, "nodes": window.nodes, "approvers_ahead": names,
             "late_by_seconds": round((now_utc() - window.start).total_seconds(), 3)},
             execution_id)
@@ -441,8 +465,8 @@ def _open(bot: Service, window: Window, actor: str) -> str:
             record_run(conn, subject, key, "refused", None, str(exc)[:2000])
             _set(conn, window.id, state=FAILED,
                  report=_clean(f"the window did not open: {exc}"))
-            audit.append(conn, "window_failed", actor, {"window": window.id,
-                                                        "reason": str(exc)[:2000]})
+            audit.append(conn, Kind.WINDOW_FAILED, actor, {"window": window.id,
+                                                           "reason": str(exc)[:2000]})
         return f"refused: {exc}"
     return "opening"
 
@@ -464,8 +488,8 @@ def missed_open(bot: Service, window_id: int, scheduled_for: datetime,
                f"{key} and came back {late}s later, past the misfire grace: not opened late")
         record_run(conn, subject, key, "missed", None, why)
         _set(conn, window.id, state=MISSED, report=_clean(why))
-        audit.append(conn, "window_missed", "scheduler", {"window": window.id,
-                                                          "scheduled_for": key, "why": why})
+        audit.append(conn, Kind.WINDOW_MISSED, "scheduler", {"window": window.id,
+                                                             "scheduled_for": key, "why": why})
     return "missed"
 
 
@@ -487,7 +511,7 @@ def fire_close(bot: Service, window_id: int) -> str:
         with bot.db.begin() as conn:
             why = "its end came and it had not opened (its start was missed)"
             _set(conn, window.id, state=MISSED, report=why)
-            audit.append(conn, "window_missed", "scheduler", {"window": window.id, "why": why})
+            audit.append(conn, Kind.WINDOW_MISSED, "scheduler", {"window": window.id, "why": why})
         return "missed"
     _begin_close(bot, window, actor="scheduler", why="its end has come")
     return "closing"
@@ -502,12 +526,12 @@ def _begin_close(bot: Service, window: Window, actor: str, why: str) -> None:
                 _set(conn, window.id, state=MISSED if actor == "scheduler" else CANCELLED,
                      report=_clean(f"never opened ({why} while {OPEN_RUNBOOK} execution "
                                    f"{ex.id} was {ex.state}; it was cancelled)"))
-                audit.append(conn, "window_closing", actor, {"window": window.id, "why": why,
-                                                             "opened": False})
+                audit.append(conn, Kind.WINDOW_CLOSING, actor, {"window": window.id, "why": why,
+                                                                "opened": False})
             return
     with bot.db.begin() as conn:
         _set(conn, window.id, state=CLOSING)
-        audit.append(conn, "window_closing", actor, {"window": window.id, "why": why})
+        audit.append(conn, Kind.WINDOW_CLOSING, actor, {"window": window.id, "why": why})
     advance(bot, window.id)
 
 
@@ -533,9 +557,9 @@ def _advance_one(bot: Service, window: Window) -> tuple[Window, list[str]]:
         ex = bot.get(window.open_execution_id)
         if ex.terminal:
             with bot.db.begin() as conn:
-                if ex.state == "succeeded":
+                if ex.state == State.SUCCEEDED:
                     _set(conn, window.id, state=OPEN)
-                    audit.append(conn, "window_opened", "bot", {
+                    audit.append(conn, Kind.WINDOW_OPENED, "bot", {
                         "window": window.id, "nodes": window.nodes,
                         "until": utc_iso(window.end)}, ex.id)
                     notes.append(f"window {window.id} is open on {window.nodes}")
@@ -543,8 +567,8 @@ def _advance_one(bot: Service, window: Window) -> tuple[Window, list[str]]:
                     report = _clean(f"the window did not open: {OPEN_RUNBOOK} execution "
                                     f"{ex.id} {ex.state}: {ex.error or ''}")
                     _set(conn, window.id, state=FAILED, report=report)
-                    audit.append(conn, "window_failed", "bot", {"window": window.id,
-                                                                "report": report}, ex.id)
+                    audit.append(conn, Kind.WINDOW_FAILED, "bot", {"window": window.id,
+                                                                   "report": report}, ex.id)
                     notes.append(f"window {window.id}: {report}")
             window = get(bot, window.id)
     if window.state == OPEN:
@@ -568,7 +592,7 @@ def _run_inside(bot: Service, window: Window) -> list[str]:
                 run["state"], changed = ex.state, True
             if not ex.terminal:
                 break
-            if ex.state != "succeeded":
+            if ex.state != State.SUCCEEDED:
                 for later in runs[index + 1:]:
                     if later["execution_id"] is None and later["state"] == "pending":
                         later["state"] = f"not run: {run['runbook']} {ex.state} before it"
@@ -594,7 +618,7 @@ def _run_inside(bot: Service, window: Window) -> list[str]:
         notes.append(f"window {window.id}: requested {run['runbook']} (execution "
                      f"{execution_id}, {run['state']})")
         with bot.db.begin() as conn:
-            audit.append(conn, "window_run_requested", "bot", {
+            audit.append(conn, Kind.WINDOW_RUN_REQUESTED, "bot", {
                 "window": window.id, "runbook": run["runbook"], "approvers_ahead": names},
                 execution_id)
         break
@@ -610,11 +634,11 @@ def _close_step(bot: Service, window: Window) -> list[str]:
         if not ex.terminal:
             return []
         with bot.db.begin() as conn:
-            note = "" if ex.state == "succeeded" else (
+            note = "" if ex.state == State.SUCCEEDED else (
                 f" CLOSING FAILED ({CLOSE_RUNBOOK} execution {ex.id} {ex.state}: "
                 f"{ex.error}): check the reservation, cordons and silence by hand")
             _set(conn, window.id, state=CLOSED, report=_clean((window.report or "") + note))
-            audit.append(conn, "window_closed", "bot", {
+            audit.append(conn, Kind.WINDOW_CLOSED, "bot", {
                 "window": window.id, "report": window.report, "close_state": ex.state}, ex.id)
         return [f"window {window.id} is closed" + note]
     runs = [dict(run) for run in window.runs]
@@ -648,13 +672,13 @@ def _close_step(bot: Service, window: Window) -> list[str]:
     except Refused as exc:
         with bot.db.begin() as conn:
             _set(conn, window.id, report=_clean(f"{report} CLOSING REFUSED: {exc}"))
-            audit.append(conn, "window_failed", "bot", {"window": window.id,
-                                                        "reason": str(exc)[:2000]})
+            audit.append(conn, Kind.WINDOW_FAILED, "bot", {"window": window.id,
+                                                           "reason": str(exc)[:2000]})
         return [f"window {window.id}: {CLOSE_RUNBOOK} refused: {exc} (retrying)"]
     with bot.db.begin() as conn:
         _set(conn, window.id, close_execution_id=execution_id, report=report)
-        audit.append(conn, "window_close_requested", "bot", {"window": window.id,
-                                                             "report": report}, execution_id)
+        audit.append(conn, Kind.WINDOW_CLOSE_REQUESTED, "bot", {"window": window.id,
+                                                                "report": report}, execution_id)
     return [f"window {window.id}: closing (execution {execution_id})"]
 
 
@@ -684,47 +708,3 @@ def _clean(text: str, limit: int = 1900) -> str:
     text = CONTROL.sub(" ", SHELLISH.sub(" ", text))
     text = re.sub(r"\s+", " ", text).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-# --- text for people ----------------------------------------------------------------------
-
-
-def line(window: Window) -> str:
-    inside = ", ".join(run["runbook"] for run in window.runs) or "no runbooks"
-    return (f"{window.id}: {window.nodes} from {window.start:%Y-%m-%d %H:%M} UTC for "
-            f"{format_duration(window.duration_seconds)} [{window.state}] by "
-            f"{window.created_by}; {inside}; {window.reason}")
-
-
-def show_text(bot: Service, window: Window) -> str:
-    systems = system_nodes(bot, window.names)
-    names = approvers_ahead(bot, window)
-    counts = ", ".join(
-        f"{p['runbook']} {min(len(names), p['required'])}/{p['required']}"
-        for p in window.plans if p["required"])
-    lines = [
-        f"window {window.id}: {window.nodes} — {window.state.upper()}",
-        f"from {window.start:%Y-%m-%d %H:%M} UTC for {format_duration(window.duration_seconds)}"
-        f" (until {window.end:%Y-%m-%d %H:%M} UTC); reason: {window.reason}",
-        f"created by {window.created_by} at {window.created_at[:19]}",
-        "opening: Slurm reservation window-{} on {}; cordon {}; silence alerts of {}".format(
-            window.id, systems["slurm_nodes"] or "(no Slurm nodes)",
-            systems["k8s_nodes"] or "(no Kubernetes nodes)",
-            systems["alert_nodes"] or "(no Alertmanager configured)"),
-        "approvals ahead: " + (", ".join(names) or "none yet")
-        + (f" ({counts}; window approve {window.id})" if counts else ""),
-        "runbooks inside:" if window.runs else "runbooks inside: none",
-    ]
-    for number, run in enumerate(window.runs, 1):
-        ex = f" execution {run['execution_id']}," if run["execution_id"] else ""
-        lines.append(f"  {number}. {run['runbook']} {params_text(run['params'])} —{ex} "
-                     f"{run['state']}")
-    if window.open_execution_id:
-        lines.append(f"open: execution {window.open_execution_id}")
-    if window.close_execution_id:
-        lines.append(f"close: execution {window.close_execution_id}")
-    if window.report:
-        lines.append(f"report: {window.report}")
-    lines.append(f"plans digest {window.digest[:16]}")
-    return "\n".join(lines)
-

@@ -1,19 +1,7 @@
-"""The append-only, hash-chained audit log.
+"""The append-only, hash-chained audit log: ``append`` (inside the caller's transaction),
+``verify``, and reading and exporting events.
 
-Each event carries ``prev_hash``, the hash of the event before it, and ``hash``,
-the sha256 of its own canonical JSON::
-
-    {"actor":…,"data":{…},"execution_id":…,"kind":…,"prev_hash":…,"ts":…}
-
-(keys sorted, no spaces, UTF-8), so anyone can recompute the chain with any JSON
-library. ``seq`` is only the position; it is not hashed, so ``verify`` can tell
-an edited event (its own hash is wrong) from a deleted, inserted or reordered
-one (the chain breaks between two events, or a position is missing).
-
-Appends are serialised (SQLite: the writer lock taken by BEGIN IMMEDIATE;
-PostgreSQL: a transaction-scoped advisory lock) and happen in the same
-transaction as the state change they describe, so the log and the state never
-disagree.
+Nothing here updates or deletes an event, and nothing else writes the table.
 """
 
 from __future__ import annotations
@@ -29,6 +17,7 @@ from sqlalchemy import Connection, Engine, select, text
 
 from bot.store.db import now_iso
 from bot.store.schema import audit_events
+from bot.store.words import Kind
 from kit.canonical import canonical
 
 GENESIS = "0" * 64
@@ -36,7 +25,13 @@ _PG_AUDIT_LOCK = 0x6770_7562  # advisory lock key: serialises appends on Postgre
 def event_hash(
     ts: str, execution_id: int | None, kind: str, actor: str, data_json: str, prev_hash: str
 ) -> str:
-    """sha256 of the event's canonical JSON, built without re-encoding ``data``."""
+    """sha256 of the event's canonical JSON, built without re-encoding ``data``::
+
+        {"actor":…,"data":{…},"execution_id":…,"kind":…,"prev_hash":…,"ts":…}
+
+    (keys sorted, no spaces, UTF-8), so anyone can recompute the chain with any JSON
+    library. ``prev_hash`` is the hash of the event before it (``GENESIS`` for the first).
+    """
     body = (
         '{"actor":' + canonical(actor) + ',"data":' + data_json
         + ',"execution_id":' + ("null" if execution_id is None else str(execution_id))
@@ -47,12 +42,17 @@ def event_hash(
 
 def append(
     conn: Connection,
-    kind: str,
+    kind: Kind,
     actor: str,
     data: Mapping[str, Any],
     execution_id: int | None = None,
 ) -> int:
-    """Append one event inside the caller's transaction; returns its position."""
+    """Append one event inside the caller's transaction; returns its position.
+
+    Appends are serialised (SQLite: the writer lock taken by BEGIN IMMEDIATE; PostgreSQL: a
+    transaction-scoped advisory lock) and happen in the same transaction as the state change
+    they describe, so the log and the state never disagree.
+    """
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_AUDIT_LOCK})
     last = conn.execute(
@@ -86,7 +86,12 @@ class Verdict:
 
 
 def verify(engine: Engine, batch: int = 10_000) -> Verdict:
-    """Walk the whole chain; report the first edited, deleted, inserted or reordered event."""
+    """Walk the whole chain; report the first edited, deleted, inserted or reordered event.
+
+    ``seq`` is only the position; it is not hashed, so an edited event (its own hash is
+    wrong) is told from a deleted, inserted or reordered one (the chain breaks between two
+    events, or a position is missing).
+    """
     expected_seq, prev, count = 1, GENESIS, 0
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
@@ -141,7 +146,7 @@ def previous_driver_version(conn: Connection) -> str | None:
     """The driver version before the last successful gpu_operator.set_driver_version change."""
     rows = conn.execute(
         select(audit_events.c.data)
-        .where(audit_events.c.kind == "step_finished",
+        .where(audit_events.c.kind == Kind.STEP_FINISHED,
                audit_events.c.data.like('%"previous_version"%'))
         .order_by(audit_events.c.seq.desc())
     )

@@ -1,12 +1,7 @@
-"""Connecting to the database and bringing its schema up to date.
+"""Connecting to the database (``connect`` makes ``db``, a SQLAlchemy Engine) and bringing
+its schema up to date.
 
-SQLite (the default) gets WAL and ``BEGIN IMMEDIATE`` so that writers from
-several processes (an engine, a person approving from another terminal)
-serialise instead of failing with "database is locked"; PostgreSQL serialises
-the audit chain with an advisory lock (see bot.store.audit).
-
-Migrations run through Alembic, but only when the database is behind: the
-check is one query, so commands stay quick to start.
+It makes the handle and migrates; it queries none of the bot's own tables.
 """
 
 from __future__ import annotations
@@ -46,6 +41,10 @@ def connect(url: str, *, migrate: bool = True) -> Engine:
 
 
 def _sqlite_engine(url: str) -> Engine:
+    """SQLite (the default) gets WAL and ``BEGIN IMMEDIATE`` so that writers from several
+    processes (an engine, a person approving from another terminal) serialise instead of
+    failing with "database is locked"; PostgreSQL serialises the audit chain with an
+    advisory lock instead (bot.store.audit)."""
     database = make_url(url).database
     if database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
@@ -76,7 +75,8 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def upgrade(engine: Engine) -> None:
-    """Run Alembic migrations up to head when the database is behind."""
+    """Run Alembic migrations up to head when the database is behind: the check is one
+    query, so commands stay quick to start."""
     try:
         if current_revision(engine) == HEAD_REVISION:
             return

@@ -14,12 +14,17 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from bot.store.words import Kind, State
+
 if TYPE_CHECKING:
     from bot.config import Config
     from bot.service import Service
     from bot.surfaces.slack.surface import SlackSurface
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+_Add = Callable[[str, str], argparse.ArgumentParser]  # adds one subcommand
 
 
 class UsageError(Exception):
@@ -40,6 +45,17 @@ def _parser() -> argparse.ArgumentParser:
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help_text, description=help_text)
 
+    _runbook_commands(add)
+    _decision_commands(add)
+    _reading_commands(add)
+    _version_and_process_commands(add)
+    _node_and_proposal_commands(add)
+    _worker_commands(add)
+    return parser
+
+
+def _runbook_commands(add: _Add) -> None:
+    """List, describe, validate, plan, run."""
     add("list", "list the runbooks")
     add("describe", "show a runbook's parameters, policy and steps").add_argument("name")
     p = add("validate", "validate runbook files (default: the configured runbooks)")
@@ -55,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--wait", action="store_true",
                            help="wait for approval and drive the execution to its end here")
             p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+
+
+def _decision_commands(add: _Add) -> None:
+    """Confirm, approve, deny, cancel, resume."""
     p = add("confirm", "answer the question a running step asks (chat.confirm)")
     p.add_argument("id", type=int)
     p.add_argument("--no", action="store_true", help="answer no: the step fails")
@@ -68,6 +88,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
         if name == "deny":
             p.add_argument("--reason")
+
+
+def _reading_commands(add: _Add) -> None:
+    """Status, show, history, audit export and verify."""
     add("status", "one execution's state").add_argument("id", type=int)
     add("show", "one execution's timeline from the audit log").add_argument("id", type=int)
     p = add("history", "past and current executions")
@@ -84,6 +108,10 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--until", help="ISO date or time (UTC), exclusive")
     e.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
     e.add_argument("--output", help="file to write (default: standard output)")
+
+
+def _version_and_process_commands(add: _Add) -> None:
+    """Versions, diff, serve, chat."""
     add("versions", "the versions of a runbook the bot has seen").add_argument("name")
     p = add("diff", "what changed between two versions of a runbook")
     p.add_argument("name")
@@ -95,6 +123,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="port (default: server.port, 8080)")
     p = add("chat", "the chat grammar at a terminal (script mode when stdin is not a terminal)")
     p.add_argument("--as", dest="as_user", help="start as USER (lab configs only)")
+
+
+def _node_and_proposal_commands(add: _Add) -> None:
+    """Node, proposals, proposal."""
     p = add("node", "one or more nodes as Slurm, Kubernetes and the GPUs see them")
     p.add_argument("names", nargs="+")
     p.add_argument("--json", action="store_true")
@@ -106,6 +138,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("id", type=int)
     p.add_argument("--reason")
     p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+
+
+def _worker_commands(add: _Add) -> None:
+    """Engine, schedule, window."""
     p = add("engine", "drive approved and interrupted executions (the worker)")
     p.add_argument("--once", action="store_true", help="return when nothing is left to run")
     p = add("schedule", 'run a runbook later: add NAME key=value... cron="0 2 * * SAT"|'
@@ -121,7 +157,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true",
                    help="open/cancel: drive the window's executions here until it is open "
                         "with its runbooks done, or closed")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -249,11 +284,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     ex = bot.get(execution_id)
     print(f"execution {execution_id}", flush=True)
     print(f"{ex.runbook} {ex.version} requested by {user}; plan hash {ex.plan_hash}")
-    if ex.state == "awaiting_approval":
+    if ex.state == State.AWAITING_APPROVAL:
         print(f"awaiting approval: {ex.plan.approval.describe()} "
               f"(runbook approve {execution_id})", flush=True)
     if not args.wait:
-        if ex.state == "approved":
+        if ex.state == State.APPROVED:
             print("queued: the engine runs it (runbook engine); follow with "
                   f"`runbook status {execution_id}`")
         return EXIT_OK
@@ -264,8 +299,8 @@ def _refuse(bot: Service, name: str, user: str, reason: str) -> None:
     from bot.store import audit
 
     with bot.db.begin() as conn:
-        audit.append(conn, "refused", user, {"runbook": name[:64], "params": {}, "source": "cli",
-                                             "reason": reason[:2000]})
+        audit.append(conn, Kind.REFUSED, user, {"runbook": name[:64], "params": {},
+                                                "source": "cli", "reason": reason[:2000]})
 
 
 def _drive(bot: Service, execution_id: int) -> int:
@@ -274,13 +309,13 @@ def _drive(bot: Service, execution_id: int) -> int:
     engine = Engine(bot, report=_report)
     try:
         ex = engine.drive(execution_id, wait_for_approval=True)
-        while not ex.terminal and ex.state != "held":  # another engine has it: follow it
+        while not ex.terminal and ex.state != State.HELD:  # another engine has it: follow it
             engine.sleep(bot.config.engine.poll_seconds)
             ex = engine.drive(execution_id, wait_for_approval=True)
     finally:
         engine.close()
     print(f"execution {execution_id}: {ex.state}" + (f" — {ex.error}" if ex.error else ""))
-    return EXIT_OK if ex.state == "succeeded" else EXIT_FAILED
+    return EXIT_OK if ex.state == State.SUCCEEDED else EXIT_FAILED
 
 
 def _decide(args: argparse.Namespace, verb: str) -> int:
@@ -583,6 +618,7 @@ def _follow_window(bot: Service, window_id: int) -> int:
     """Drive a window's executions here until it is open with its runbooks done, or ended."""
     from bot.execution.engine import Engine
     from bot.schedule import windows
+    from bot.surfaces import schedule_text
 
     engine = Engine(bot, report=_report)
     waiting_said = False
@@ -596,7 +632,7 @@ def _follow_window(bot: Service, window_id: int) -> int:
                     window.state == windows.OPEN and windows.inside_done(window)):
                 break
             if not waiting_said and window.open_execution_id and bot.get(
-                    window.open_execution_id).state == "awaiting_approval":
+                    window.open_execution_id).state == State.AWAITING_APPROVAL:
                 print(f"[window {window_id}] waiting for approval of execution "
                       f"{window.open_execution_id} (runbook approve "
                       f"{window.open_execution_id})", flush=True)
@@ -604,7 +640,7 @@ def _follow_window(bot: Service, window_id: int) -> int:
             engine.sleep(bot.config.engine.poll_seconds)
     finally:
         engine.close()
-    print(windows.show_text(bot, window))
+    print(schedule_text.window_text(bot, window))
     return EXIT_OK if window.state in (windows.OPEN, windows.CLOSED) else EXIT_FAILED
 
 

@@ -11,6 +11,7 @@ from bot.execution.executions import Execution
 from bot.execution.planning import Plan, PlannedCheck
 from bot.runbooks.loading import LoadedRunbook
 from bot.runbooks.params import params_text, value_text
+from bot.store.words import UNDER_WAY, Kind
 from kit.durations import format_duration
 
 
@@ -90,7 +91,7 @@ def status_text(ex: Execution, approvers: list[str]) -> str:
         lines.append(f"approvals: {len(approvers)}/{ex.approvals_required}"
                      + (f" ({', '.join(approvers)})" if approvers else "")
                      + f" — {ex.plan.approval.describe()}")
-    if ex.state in ("running", "undoing"):
+    if ex.state in UNDER_WAY:
         lines.append(f"stage: {ex.stage}")
     if ex.error:
         lines.append(f"{'reason' if ex.terminal else 'note'}: {ex.error}")
@@ -110,18 +111,18 @@ def timeline_text(events: Iterable[dict[str, Any]]) -> str:
 def _event_detail(event: dict[str, Any]) -> str:
     data = event["data"]
     kind = event["kind"]
-    if kind in ("step_started", "undo_started") and "operations" in data:
+    if kind in (Kind.STEP_STARTED, Kind.UNDO_STARTED) and "operations" in data:
         return f"{data['step']} attempt {data['attempt']}: {'; '.join(data['operations'])}"
-    if kind in ("step_finished", "undo_finished"):
+    if kind in (Kind.STEP_FINISHED, Kind.UNDO_FINISHED):
         return f"{data['step']}: {data.get('summary', '')}"
-    if kind in ("step_failed", "undo_failed"):
+    if kind in (Kind.STEP_FAILED, Kind.UNDO_FAILED):
         return f"{data['step']}: {data.get('error', '')}"
-    if kind == "check_evaluated":
+    if kind == Kind.CHECK_EVALUATED:
         verdict = "passed" if data["passed"] else "FAILED"
         return f"{data['check']}: {verdict}, value {data['value']} ({data['detail']})"
-    if kind == "requested":
+    if kind == Kind.REQUESTED:
         params = " ".join(f"{k}={value_text(v)}" for k, v in data["params"].items())
         return f"{data['runbook']} {data['version']} {params} (sha256 {data['content_hash'][:12]})"
-    if kind == "finished":
+    if kind == Kind.FINISHED:
         return str(data["state"]) + (f": {data['error']}" if data.get("error") else "")
     return json.dumps(data, sort_keys=True)[:300]

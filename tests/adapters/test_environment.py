@@ -26,9 +26,17 @@ from pydantic import ValidationError
 from adapters.actions import ActionContext, ActionError
 from adapters.environment import NODE_EXPORT, child_environment, node_export
 from adapters.etcd import EtcdCommands, EtcdConfig, EtcdctlBackend, EtcdError
-from adapters.host import HostCommand, HostRunAction, run_check_command
-from adapters.mariadb import DumpAction, MariaDBConfig, RestoreAction, option_file_text
+from adapters.host import HostCommand, HostRunAction, HostRunArguments, run_check_command
+from adapters.mariadb import (
+    DumpAction,
+    DumpArguments,
+    MariaDBConfig,
+    RestoreAction,
+    RestoreArguments,
+    option_file_text,
+)
 from adapters.slurm import CliBackend, SlurmActions, SlurmConfig
+from adapters.slurm.actions import RunOnNodeArguments
 from tests.lab.fixture import Lab
 
 SECRETS = {
@@ -107,14 +115,14 @@ def test_host_command_gets_a_clean_environment(secrets_in_env: dict[str, str]) -
         "show-env": HostCommand(argv=["env"], env={"GRB_SETTING": "a value"}),
         "plain-env": HostCommand(argv=["env"]),
     })
-    args = action.Arguments(command="show-env")
+    args = HostRunArguments(command="show-env")
     result = action.run(args, context())
     assert_no_secret(result.details["stdout"])
     seen = parse_env(result.details["stdout"])
     assert seen["PATH"] == os.environ["PATH"]
     assert seen["LC_TIME"] == "C.UTF-8" and seen["GRB_SETTING"] == "a value"
     assert action.plan(args) == ["run on the bot host: env (environment sets GRB_SETTING)"]
-    plain = action.run(action.Arguments(command="plain-env"), context()).details["stdout"]
+    plain = action.run(HostRunArguments(command="plain-env"), context()).details["stdout"]
     assert_no_secret(plain)
     assert "GRB_SETTING" not in plain and "PATH=" in plain
 
@@ -183,7 +191,7 @@ def test_srun_exports_only_allowed_names(secrets_in_env: dict[str, str], tmp_pat
     # Through the action: the plan shows the same --export list, and the command's env
     # reaches srun.
     action = SlurmActions(_FakeNodes(backend), config).by_name()["slurm.run_on_node"]
-    args = action.Arguments(node="gpu01", command="probe")
+    args = RunOnNodeArguments(node="gpu01", command="probe")
     assert f"--export={','.join(NODE_EXPORT)},GRB_NODE_SETTING" in action.plan(args)[0]
     record.unlink()
     action.run(args, context())
@@ -217,7 +225,7 @@ def test_mariadb_password_goes_in_a_private_option_file(
     backup = tmp_path / "backup.sql"
     backup.write_text("-- nothing\n")
     action = RestoreAction(config)
-    action.run(action.Arguments(database="slurm_acct_db", path=str(backup)), context())
+    action.run(RestoreArguments(database="slurm_acct_db", path=str(backup)), context())
     seen = read_record(record)
     assert seen["argv"][1].startswith("--defaults-extra-file=")  # must be the first option
     assert seen["argv"][2:] == ["--socket=/run/mysqld/mysqld.sock", "--user=root",
@@ -232,7 +240,7 @@ def test_mariadb_password_goes_in_a_private_option_file(
     # No password configured: no option file at all.
     record.unlink()
     plain = RestoreAction(config.model_copy(update={"password_env": None}))
-    plain.run(plain.Arguments(database="slurm_acct_db", path=str(backup)), context())
+    plain.run(RestoreArguments(database="slurm_acct_db", path=str(backup)), context())
     assert read_record(record)["argv"][1] == "--socket=/run/mysqld/mysqld.sock"
 
 
@@ -241,7 +249,7 @@ def test_mariadb_password_variable_missing_is_an_error(tmp_path: Path) -> None:
                            dump_command=str(tmp_path / "never-run"))
     action = DumpAction(config)
     with pytest.raises(ActionError, match="GRB_TEST_NO_SUCH_VARIABLE, which is not set"):
-        action.run(action.Arguments(database="db", path=str(tmp_path / "d.sql")), context())
+        action.run(DumpArguments(database="db", path=str(tmp_path / "d.sql")), context())
 
 
 @pytest.mark.parametrize("password", [TRICKY, "plain", "", "back\\slash\\", '"quoted"',
@@ -310,7 +318,7 @@ def test_lab_srun_job_step_sees_no_secret(lab: Lab, secrets_in_env: dict[str, st
     assert "LC_TIME" not in seen  # exported only by name from NODE_EXPORT and env:
     # The same through the action, as a runbook step runs it.
     action = SlurmActions(backend, config).by_name()["slurm.run_on_node"]
-    result = action.run(action.Arguments(node=node, command="show-env"), context(120))
+    result = action.run(RunOnNodeArguments(node=node, command="show-env"), context(120))
     assert_no_secret(result.details["stdout"])
     assert parse_env(result.details["stdout"])["GRB_NODE_SETTING"] == "on"
 
@@ -322,7 +330,7 @@ def test_lab_mariadb_dump_authenticates_through_the_option_file(
     config = MariaDBConfig(host=maria["host"], port=maria["port"], user=maria["user"],
                            password_env="GRB_TEST_DB_PASSWORD", timeout=120)
     action = DumpAction(config)
-    args = action.Arguments(database=maria["database"], path=str(tmp_path / "dump.sql"))
+    args = DumpArguments(database=maria["database"], path=str(tmp_path / "dump.sql"))
     monkeypatch.setenv("GRB_TEST_DB_PASSWORD", "wrong-" + maria["password"])
     with pytest.raises(ActionError, match="Access denied"):
         action.run(args, context(120))

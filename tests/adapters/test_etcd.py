@@ -27,13 +27,12 @@ import adapters.etcd
 from adapters.actions import ActionContext, ActionError, ActionResult
 from adapters.etcd import (
     ACTION_CLASSES,
-    EndpointHealth,
     EtcdActions,
     EtcdCommands,
     EtcdConfig,
     EtcdctlBackend,
-    SnapshotStatus,
 )
+from adapters.etcd.fake import FakeEtcd as FakeBackend
 from tests.lab.fixture import Lab
 
 PEER = "http://10.0.0.1:2380"
@@ -155,44 +154,10 @@ def test_child_environment_drops_operator_settings(monkeypatch: pytest.MonkeyPat
 def test_public_api_and_action_names() -> None:
     assert sorted(adapters.etcd.__all__) == sorted(
         name for name in dir(adapters.etcd) if not name.startswith("_")
-        and name not in {"actions", "backend", "config"})
+        and name not in {"actions", "adapter", "backend", "config", "fake"})
     assert [cls.name for cls in ACTION_CLASSES] == [
         "etcd.snapshot_save", "etcd.snapshot_status", "etcd.snapshot_restore", "etcd.health",
         "etcd.key_count", "etcd.keys_present"]
-
-
-class FakeBackend:
-    """Just enough of EtcdBackend for the read actions' logic."""
-
-    def __init__(self, keys: dict[str, str], sick_polls: int = 0) -> None:
-        self.keys = keys
-        self.sick_polls = sick_polls
-        self.polls = 0
-
-    def health(self, *, timeout: float | None = None) -> dict[str, EndpointHealth]:
-        self.polls += 1
-        healthy = self.polls > self.sick_polls
-        return {"http://e:2379": EndpointHealth("http://e:2379", healthy,
-                                                None if healthy else "context deadline exceeded")}
-
-    def key_count(self, prefix: str = "", *, timeout: float | None = None) -> int:
-        return sum(1 for key in self.keys if key.startswith(prefix))
-
-    def get(self, key: str, *, timeout: float | None = None) -> str | None:
-        return self.keys.get(key)
-
-    def snapshot_save(self, path: Path, *, timeout: float | None = None) -> str:
-        raise NotImplementedError
-
-    def snapshot_status(self, path: Path, *, timeout: float | None = None) -> SnapshotStatus:
-        raise NotImplementedError
-
-    def snapshot_restore(self, snapshot: Path, data_dir: Path, *,
-                         timeout: float | None = None) -> SnapshotStatus:
-        raise NotImplementedError
-
-    def restored_from(self, data_dir: Path) -> dict[str, Any] | None:
-        return None
 
 
 def fake_action(backend: FakeBackend, name: str, **arguments: Any) -> ActionResult:

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from adapters.actions import ActionContext, ActionError
 from adapters.kubernetes.actions import CORDONED_BY, KubernetesActions
 from adapters.kubernetes.backend import KubernetesUnavailable, Node
-from tests.bot.schedule.windowfakes import FakeKubernetes
+from adapters.kubernetes.fake import FakeKubernetes
 
 
 class Flaky(FakeKubernetes):
@@ -30,7 +30,7 @@ class Flaky(FakeKubernetes):
 
 
 def run(backend: FakeKubernetes, name: str, **args: Any) -> Any:
-    action = KubernetesActions(backend).by_name()[name]  # type: ignore[arg-type]
+    action = KubernetesActions(backend).by_name()[name]
     ctx = ActionContext(execution_id=1, step_id="s", deadline=time.monotonic() + 30)
     return action.run(action.Arguments(**args), ctx)
 
@@ -74,16 +74,18 @@ def test_all_or_none() -> None:
 
 
 def test_plans_and_arguments() -> None:
-    actions = KubernetesActions(FakeKubernetes([])).by_name()  # type: ignore[arg-type]
+    actions = KubernetesActions(FakeKubernetes([])).by_name()
     cordon = actions["k8s.cordon_nodes"]
-    assert cordon.plan(cordon.Arguments(nodes=["gpu05", "gpu06"], owner="window-2"))[:2] == [
+    two = {"nodes": ["gpu05", "gpu06"], "owner": "window-2"}
+    assert cordon.plan(cordon.Arguments.model_validate(two))[:2] == [
         "kubectl cordon gpu05", "kubectl cordon gpu06"]
     uncordon = actions["k8s.uncordon_nodes"]
-    assert uncordon.plan(uncordon.Arguments(nodes=["gpu05"], owner="window-2")) == [
+    one = {"nodes": ["gpu05"], "owner": "window-2"}
+    assert uncordon.plan(uncordon.Arguments.model_validate(one)) == [
         f"kubectl uncordon gpu05  # if annotated {CORDONED_BY}=window-2"]
     with pytest.raises(ValidationError):
-        cordon.Arguments(nodes=[])
+        cordon.Arguments.model_validate({"nodes": []})
     with pytest.raises(ValidationError):
-        cordon.Arguments(nodes=["GPU 05"])
+        cordon.Arguments.model_validate({"nodes": ["GPU 05"]})
     with pytest.raises(ValidationError):
-        cordon.Arguments(nodes=["gpu05"], owner="window 2;")
+        cordon.Arguments.model_validate({"nodes": ["gpu05"], "owner": "window 2;"})

@@ -13,16 +13,20 @@ import pytest
 
 from adapters.actions import ActionContext, ActionError
 from adapters.prometheus.backend import PrometheusUnavailable, Sample
-from adapters.reports import GpuUsageReportAction
+from adapters.reports import GpuUsageArguments, GpuUsageReportAction
 from adapters.slurm.backend import AccountUsage, NodeInfo, SlurmError
+from adapters.slurm.fake import FakeSlurm
 
 NOW = datetime(2026, 3, 9, 8, 0, tzinfo=UTC).timestamp()
 DAY = 86400
 
 
-class Slurm:
+class Slurm(FakeSlurm):
+    """The nodes and the accounting as given, or failing like an unreachable slurmctld."""
+
     def __init__(self, nodes: list[NodeInfo], usage: list[AccountUsage] | None = None,
                  fail: bool = False) -> None:
+        super().__init__([])
         self._nodes = nodes
         self.usage = usage or []
         self.fail = fail
@@ -62,8 +66,8 @@ def context() -> ActionContext:
 
 
 def report(slurm: Slurm, prometheus: Prometheus | None, **args: Any) -> Any:
-    action = GpuUsageReportAction(slurm, prometheus, clock=lambda: NOW)  # type: ignore[arg-type]
-    return action.run(action.Arguments(**args), context())
+    action = GpuUsageReportAction(slurm, prometheus, clock=lambda: NOW)
+    return action.run(GpuUsageArguments(**args), context())
 
 
 NODES = [
@@ -140,8 +144,8 @@ def test_nothing_answering_fails_the_step() -> None:
 
 
 def test_the_plan_says_what_it_reads() -> None:
-    action = GpuUsageReportAction(Slurm([]), None)  # type: ignore[arg-type]
-    lines = action.plan(action.Arguments(period="30d"))
+    action = GpuUsageReportAction(Slurm([]), None)
+    lines = action.plan(GpuUsageArguments(period="30d"))
     assert lines[0].startswith("sacct --json --allusers -X for the last 30d")
     assert "skipped (no prometheus section configured)" in lines[2]
     assert lines[-1] == "reads only; changes nothing"

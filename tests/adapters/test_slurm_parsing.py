@@ -20,7 +20,6 @@ from adapters.actions import ActionContext, ActionError, ActionTimeout
 from adapters.slurm import (
     CliBackend,
     Job,
-    NodeInfo,
     Reservation,
     SlurmActions,
     SlurmConfig,
@@ -28,6 +27,7 @@ from adapters.slurm import (
     SlurmError,
     parsing,
 )
+from adapters.slurm.fake import FakeSlurm as FakeBackend
 from adapters.slurm.hostlist import MAX_NAMES, compress, expand
 from adapters.slurm.pyslurm_backend import make_backend
 
@@ -358,59 +358,6 @@ def test_config_forbids_unknown_keys() -> None:
 
 
 # -- actions over a fake backend ------------------------------------------------------------
-
-
-class FakeBackend:
-    def __init__(self, nodes: list[str]) -> None:
-        self.state = {n: NodeInfo(name=n, state="idle", gpus_total=8) for n in nodes}
-        self.running: list[Job] = []
-        self.reserved: dict[str, Reservation] = {}
-        self.calls: list[tuple[Any, ...]] = []
-        self.envs: list[dict[str, str]] = []  # the env given to each run_on_node
-
-    def nodes(self, names: list[str] | None = None, *,
-              with_jobs: bool = True) -> list[NodeInfo]:
-        return [self.state[n] for n in (names or list(self.state)) if n in self.state]
-
-    def update_nodes(self, names: list[str], state: str, reason: str | None = None) -> None:
-        self.calls.append(("update", list(names), state, reason))
-        for name in names:
-            node = self.state[name]
-            flags = (node.flags | {"DRAIN"}) if state == "DRAIN" else node.flags - {"DRAIN"}
-            self.state[name] = replace(node, flags=frozenset(flags), reason=reason or "")
-
-    def jobs(self, names: list[str]) -> list[Job]:
-        return [j for j in self.running if set(j.nodes) & set(names)]
-
-    def requeue(self, job_ids: list[int]) -> None:
-        self.calls.append(("requeue", job_ids))
-        self.running = [j for j in self.running if j.id not in job_ids]
-
-    def reservations(self) -> list[Reservation]:
-        return list(self.reserved.values())
-
-    def create_reservation(self, name: str, nodes: list[str], start: str,
-                           duration_seconds: float, flags: list[str], users: list[str]) -> None:
-        self.calls.append(("create", name))
-        self.reserved[name] = Reservation(name, nodes, "s", "e", frozenset(flags), users)
-
-    def delete_reservation(self, name: str) -> None:
-        self.calls.append(("delete", name))
-        del self.reserved[name]
-
-    def reboot(self, names: list[str], nextstate: str, reason: str) -> None:
-        self.calls.append(("reboot", names, nextstate, reason))
-
-    def run_on_node(self, node: str, reservation: str | None, argv: list[str],
-                    timeout: float, env: Mapping[str, str] | None = None
-                    ) -> tuple[int, str, str]:
-        self.calls.append(("srun", node, reservation, argv))
-        self.envs.append(dict(env or {}))
-        return (1, "Row remap | Fail\n", "srun: error: task 0: exit 1\n") if "fail" in argv \
-            else (0, "Pass\n", "")
-
-    def accounting(self, start: datetime, end: datetime) -> list[Any]:
-        return []
 
 
 def context(seconds: float = 30, lines: list[str] | None = None) -> ActionContext:

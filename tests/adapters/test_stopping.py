@@ -18,9 +18,11 @@ import pytest
 
 from adapters.actions import ActionContext, ActionStopped
 from adapters.etcd import EtcdActions, EtcdConfig
+from adapters.etcd.fake import FakeEtcd
 from adapters.kubernetes.actions import KubernetesActions
 from adapters.kubernetes.backend import Eviction, Pod
 from adapters.kubernetes.config import KubernetesConfig
+from adapters.kubernetes.fake import FakeKubernetes
 from adapters.notify import ConfirmAction
 from adapters.prometheus import (
     PrometheusActions,
@@ -29,13 +31,12 @@ from adapters.prometheus import (
     PrometheusUnavailable,
     Sample,
 )
+from adapters.prometheus.fake import FakePrometheus
 from adapters.slurm import SlurmActions, SlurmConfig
 from adapters.slurm.backend import Job
+from adapters.slurm.fake import FakeSlurm
 from adapters.slurm.rolling import DriverRolloutAction
-from tests.adapters.test_etcd import FakeBackend as FakeEtcd
 from tests.adapters.test_prometheus import FlakyPrometheus
-from tests.adapters.test_slurm_parsing import FakeBackend as FakeSlurm
-from tests.bot.schedule.windowfakes import FakeKubernetes
 
 STOP_AFTER = 0.2  # seconds until the timer asks to stop
 PROMPT = 1.5  # the action must have stopped this long after it started
@@ -75,7 +76,7 @@ def run_action(action: Any, **arguments: Any) -> Callable[[ActionContext], Any]:
 # --- Slurm --------------------------------------------------------------------------------
 
 def slurm_actions(backend: FakeSlurm) -> dict[str, Any]:
-    return SlurmActions(backend, SlurmConfig(), sleep=time.sleep).by_name()  # type: ignore[arg-type]
+    return SlurmActions(backend, SlurmConfig(), sleep=time.sleep).by_name()
 
 
 def busy_slurm() -> FakeSlurm:
@@ -115,7 +116,7 @@ def test_slurm_driver_rollout_stops_leaves_the_node_drained_and_starts_no_other(
         "driver-install": {"argv": ["driver-install"], "accepts_args": True},
         "driver-version": {"argv": ["driver-version"]},
         "health-check": {"argv": ["health-check"]}}})
-    rollout = DriverRolloutAction(backend, config, sleep=time.sleep)  # type: ignore[arg-type]
+    rollout = DriverRolloutAction(backend, config, sleep=time.sleep)
     error = stopped_promptly(run_action(rollout, nodes="gpu[01-02]", version="550.54.15",
                                         poll=30, node_timeout=3600))
     message = str(error)
@@ -159,7 +160,7 @@ class Kube(FakeKubernetes):
 
 
 def kube_actions(backend: Kube, **config: Any) -> dict[str, Any]:
-    return KubernetesActions(backend, KubernetesConfig.model_validate(config),  # type: ignore[arg-type]
+    return KubernetesActions(backend, KubernetesConfig.model_validate(config),
                              sleep=time.sleep).by_name()
 
 
@@ -193,17 +194,10 @@ def test_k8s_drain_refused_by_a_pdb_stops_and_evicts_nothing_after_the_stop() ->
 
 # --- Prometheus, etcd, chat ------------------------------------------------------------------
 
-class StuckPrometheus:
-    """Every query answers a value that never satisfies the expectation."""
-
-    def query(self, promql: str, at: Any = None, *, timeout: float | None = None) -> list[Sample]:
-        return [Sample({"hostname": "gpu01"}, 5.0)]
-
-
 def test_prom_wait_stops_within_a_second() -> None:
     config = PrometheusConfig(url="http://prometheus.invalid:9090")
-    wait = PrometheusActions(config, StuckPrometheus(),  # type: ignore[arg-type]
-                             sleep=time.sleep).by_name()["prom.wait"]
+    stuck = FakePrometheus([Sample({"hostname": "gpu01"}, 5.0)])  # never == 0
+    wait = PrometheusActions(config, stuck, sleep=time.sleep).by_name()["prom.wait"]
     stopped_promptly(run_action(wait, query="up", expect="== 0", timeout="1h", poll=30))
 
 
@@ -284,8 +278,7 @@ def test_pauses_are_at_most_a_second() -> None:
             ctx.request_stop("cancelled")
 
     ctx = context()
-    wait: Any = SlurmActions(busy_slurm(), SlurmConfig(),  # type: ignore[arg-type]
-                             sleep=sleep).by_name()["slurm.wait_idle"]
+    wait: Any = SlurmActions(busy_slurm(), SlurmConfig(), sleep=sleep).by_name()["slurm.wait_idle"]
     with pytest.raises(ActionStopped):
         wait.run(wait.Arguments(nodes="gpu01", timeout="1h", poll=30), ctx)
     assert pauses == [1.0] * 5

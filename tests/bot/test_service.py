@@ -19,6 +19,7 @@ from adapters.slurm.rolling import DriverRolloutAction
 from bot.execution.engine import Engine
 from bot.execution.planning import MAX_PLAN_NODES
 from bot.runbooks.catalogue import KNOWN, Catalogue
+from bot.service import Service
 from bot.store import audit
 from bot.store.schema import locks as locks_table
 from kit.canonical import canonical
@@ -26,6 +27,7 @@ from kit.errors import Refused
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
 from tests.bot.schedule.windowfakes import Systems
+from tests.conftest import BotFactory
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +35,7 @@ def _clean() -> None:
     fakes.reset()
 
 
-def kinds(bot: Any, execution_id: int | None = None) -> list[str]:
+def kinds(bot: Service, execution_id: int | None = None) -> list[str]:
     with bot.db.connect() as conn:
         return [e["kind"] for e in audit.events(conn, execution_id=execution_id)]
 
@@ -42,12 +44,12 @@ def medium(**extra: Any) -> dict[str, Any]:
     return runbook([record("a", "{{ node }}")], risk="medium", **extra)
 
 
-def test_low_risk_needs_no_approval(make_bot: Any) -> None:
+def test_low_risk_needs_no_approval(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": runbook([record("a", "a")])})
     assert bot.get(bot.request("demo", {"node": "gpu01"}, "alice")).state == "approved"
 
 
-def test_medium_risk_waits_for_an_approver(make_bot: Any) -> None:
+def test_medium_risk_waits_for_an_approver(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": medium()})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     assert bot.get(execution_id).state == "awaiting_approval"
@@ -60,7 +62,7 @@ def test_medium_risk_waits_for_an_approver(make_bot: Any) -> None:
     assert kinds(bot, execution_id)[:4] == ["requested", "planned", "approved", "started"]
 
 
-def test_self_approval_refused(make_bot: Any) -> None:
+def test_self_approval_refused(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": medium()})
     execution_id = bot.request("demo", {"node": "gpu01"}, "carol")
     with pytest.raises(Refused, match="may not approve it too"):
@@ -69,21 +71,21 @@ def test_self_approval_refused(make_bot: Any) -> None:
     assert "approval_refused" in kinds(bot, execution_id)
 
 
-def test_self_approval_allowed_when_policy_says_so(make_bot: Any) -> None:
+def test_self_approval_allowed_when_policy_says_so(make_bot: BotFactory) -> None:
     policy = {"required": 1, "approvers": ["group:gpu-leads"], "self_approval": True}
     bot = make_bot({"demo": medium(approval=policy)})
     execution_id = bot.request("demo", {"node": "gpu01"}, "carol")
     assert bot.approve(execution_id, "carol").state == "approved"
 
 
-def test_unauthorised_approver_refused(make_bot: Any) -> None:
+def test_unauthorised_approver_refused(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": medium()})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     with pytest.raises(Refused, match="bob may not approve demo"):
         bot.approve(execution_id, "bob")
 
 
-def test_two_person_rule(make_bot: Any) -> None:
+def test_two_person_rule(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": runbook([record("a", "a")], risk="high")})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     assert bot.approve(execution_id, "carol").state == "awaiting_approval"
@@ -92,7 +94,7 @@ def test_two_person_rule(make_bot: Any) -> None:
     assert bot.approve(execution_id, "dave").state == "approved"
 
 
-def test_deny_ends_with_nothing_run_and_releases_locks(make_bot: Any) -> None:
+def test_deny_ends_with_nothing_run_and_releases_locks(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": medium()})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     ex = bot.deny(execution_id, "dave", "not during the launch")
@@ -102,7 +104,7 @@ def test_deny_ends_with_nothing_run_and_releases_locks(make_bot: Any) -> None:
     bot.request("demo", {"node": "gpu01"}, "bob")  # the lock is free again
 
 
-def test_expiry_ends_the_request(make_bot: Any) -> None:
+def test_expiry_ends_the_request(make_bot: BotFactory) -> None:
     policy = {"required": 1, "approvers": ["group:gpu-leads"], "expires": "1s"}
     bot = make_bot({"demo": medium(approval=policy)})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
@@ -114,7 +116,7 @@ def test_expiry_ends_the_request(make_bot: Any) -> None:
     bot.request("demo", {"node": "gpu01"}, "bob")  # lock released
 
 
-def test_lock_conflict_names_holder(make_bot: Any) -> None:
+def test_lock_conflict_names_holder(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": medium()})
     first = bot.request("demo", {"node": "gpu01"}, "alice")
     with pytest.raises(Refused, match=rf"node:gpu01 is held by execution {first} \(demo, "
@@ -124,7 +126,7 @@ def test_lock_conflict_names_holder(make_bot: Any) -> None:
     assert kinds(bot)[-3] == "refused"
 
 
-def test_cancel_before_start_releases_lock(make_bot: Any) -> None:
+def test_cancel_before_start_releases_lock(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": medium()})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     assert bot.cancel(execution_id, "alice").state == "cancelled"
@@ -133,7 +135,7 @@ def test_cancel_before_start_releases_lock(make_bot: Any) -> None:
     bot.request("demo", {"node": "gpu01"}, "bob")
 
 
-def test_stranger_may_not_cancel(make_bot: Any) -> None:
+def test_stranger_may_not_cancel(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": medium()})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     with pytest.raises(Refused, match="may not cancel"):
@@ -148,7 +150,7 @@ def test_stranger_may_not_cancel(make_bot: Any) -> None:
     ({}, "node is required"),
     ({"node": "x" * 10_000}, "not a node name"),
 ])
-def test_bad_input_refused_and_audited_only(make_bot: Any, params: dict[str, str],
+def test_bad_input_refused_and_audited_only(make_bot: BotFactory, params: dict[str, str],
                                             message: str) -> None:
     bot = make_bot({"demo": medium()})
     bot.runbooks()  # records the version first: that event is not part of the refusal
@@ -161,19 +163,19 @@ def test_bad_input_refused_and_audited_only(make_bot: Any, params: dict[str, str
     assert len(canonical(event["data"])) < 3000  # a 10,000-character value is clipped
 
 
-def test_unknown_runbook_suggests(make_bot: Any) -> None:
+def test_unknown_runbook_suggests(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": medium()})
     with pytest.raises(Refused, match='did you mean "demo"'):
         bot.request("dmeo", {"node": "gpu01"}, "alice")
 
 
-def test_requester_must_be_allowed(make_bot: Any) -> None:
+def test_requester_must_be_allowed(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": medium()})
     with pytest.raises(Refused, match="mallory may not request"):
         bot.request("demo", {"node": "gpu01"}, "mallory")
 
 
-def test_version_conflict_refused(make_bot: Any, tmp_path: Any) -> None:
+def test_version_conflict_refused(make_bot: BotFactory, tmp_path: Any) -> None:
     bot = make_bot({"demo": medium()})
     bot.runbooks()
     changed = medium(summary="same version, other content")
@@ -197,12 +199,12 @@ def node_runbook(name: str, **extra: Any) -> dict[str, Any]:
     return runbook([record("a", "{{ node }}")], name=name, locks=[], **extra)
 
 
-def held_locks(bot: Any) -> dict[str, int]:
+def held_locks(bot: Service) -> dict[str, int]:
     with bot.db.connect() as conn:
         return {row.name: row.execution_id for row in conn.execute(select(locks_table))}
 
 
-def shipped_bot(make_bot: Any, url: str, names: tuple[str, ...]) -> Any:
+def shipped_bot(make_bot: BotFactory, url: str, names: tuple[str, ...]) -> Service:
     """A bot over the shipped runbooks, with the real Slurm actions over an in-memory Slurm."""
     systems = Systems(["gpu01", "gpu02", "gpu03", "gpu04"], ["gpu04"])
     bot = make_bot({name: (RUNBOOKS / f"{name}.yaml").read_text() for name in names}, url=url)
@@ -216,7 +218,7 @@ def shipped_bot(make_bot: Any, url: str, names: tuple[str, ...]) -> Any:
     return bot
 
 
-def test_rollback_driver_pending_refuses_swap_gpu_on_its_nodes(make_bot: Any,
+def test_rollback_driver_pending_refuses_swap_gpu_on_its_nodes(make_bot: BotFactory,
                                                                 db_url: str) -> None:
     bot = shipped_bot(make_bot, db_url, ("rollback-driver", "swap-gpu"))
     assert bot.plan("rollback-driver", {"nodes": "gpu[01-02]", "version": "535.161.08"}
@@ -234,7 +236,7 @@ def test_rollback_driver_pending_refuses_swap_gpu_on_its_nodes(make_bot: Any,
     bot.request("swap-gpu", swap, "bob")  # released with the rollback
 
 
-def test_overlapping_hostlists_conflict(make_bot: Any, db_url: str) -> None:
+def test_overlapping_hostlists_conflict(make_bot: BotFactory, db_url: str) -> None:
     bot = make_bot({"many": nodes_runbook("many"), "one": node_runbook("one")}, url=db_url)
     first = bot.request("many", {"nodes": "gpu[01-02]"}, "alice")
     assert held_locks(bot) == {"node:gpu01": first, "node:gpu02": first}
@@ -250,7 +252,7 @@ def test_overlapping_hostlists_conflict(make_bot: Any, db_url: str) -> None:
     assert held_locks(bot)["node:gpu04"] == third
 
 
-def test_a_plan_locks_each_node_it_names_besides_its_own_locks(make_bot: Any) -> None:
+def test_a_plan_locks_each_node_it_names_besides_its_own_locks(make_bot: BotFactory) -> None:
     both = runbook([record("a", "{{ node }}")], name="both", locks=["node:{{ node }}", "rack:r1"],
                    params={"node": {"type": "node", "required": True},
                            "spare": {"type": "node"}, "more": {"type": "nodes"}})
@@ -260,7 +262,7 @@ def test_a_plan_locks_each_node_it_names_besides_its_own_locks(make_bot: Any) ->
     assert plan.locks == ["node:gpu01", "node:gpu02", "node:gpu04", "rack:r1"]
 
 
-def test_a_big_hostlist_is_one_lock_per_node_and_a_huge_one_is_refused(make_bot: Any,
+def test_a_big_hostlist_is_one_lock_per_node_and_a_huge_one_is_refused(make_bot: BotFactory,
                                                                        db_url: str) -> None:
     nodes = [f"gpu{number:04d}" for number in range(1, 4225)]
     bot = make_bot({"many": nodes_runbook("many"), "one": node_runbook("one")}, url=db_url,
@@ -275,7 +277,7 @@ def test_a_big_hostlist_is_one_lock_per_node_and_a_huge_one_is_refused(make_bot:
         bot.plan("many", {"nodes": "gpu[0001-4097]"})
 
 
-def test_racing_overlapping_requests_take_all_their_nodes_or_none(make_bot: Any,
+def test_racing_overlapping_requests_take_all_their_nodes_or_none(make_bot: BotFactory,
                                                                   db_url: str) -> None:
     bot = make_bot({"many": nodes_runbook("many")}, url=db_url)
     asks = ["gpu[01-02]", "gpu[02-03]", "gpu[03-04]", "gpu[04,01]", "gpu[01-04]", "gpu02"] * 2

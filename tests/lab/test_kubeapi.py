@@ -51,7 +51,8 @@ def kube(lab: Lab, cache: Path) -> Iterator[Lab]:
 
 def busiest_node(lab: Lab) -> str:
     """The node with the most serving pods (ties: the later name, gpu07 over gpu06)."""
-    return max(reversed(lab["kubeapi"]["nodes"]), key=lambda n: sum(
+    nodes: list[str] = lab["kubeapi"]["nodes"]
+    return max(reversed(nodes), key=lambda n: sum(
         not is_daemonset_pod(p) for p in pods_on(lab, n)))
 
 

@@ -20,24 +20,37 @@ pytestmark = pytest.mark.lab
 @pytest.fixture
 def api_client(lab: Lab) -> Iterator[Any]:
     wait_until(lambda: settled(lab), "the Kubernetes pool to settle", timeout=40)
-    api = config.new_client_from_config(config_file=lab["kubeapi"]["kubeconfig"])
+    # kubernetes.config has no annotations (adapters/kubernetes/client.py ignores it the same way)
+    api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=lab["kubeapi"]["kubeconfig"])
     api.user_agent = TEST_USER_AGENT  # these requests test the lab's API, not the bot
     yield api
     api.close()
 
 
+def name_of(obj: client.V1Node | client.V1Pod) -> str:
+    assert obj.metadata is not None and obj.metadata.name is not None
+    return obj.metadata.name
+
+
+def labels_of(node: client.V1Node) -> dict[str, str]:
+    assert node.metadata is not None
+    return node.metadata.labels or {}
+
+
 def test_list_and_patch_nodes(lab: Lab, api_client: Any) -> None:
     core = client.CoreV1Api(api_client)
-    names = [n.metadata.name for n in core.list_node(label_selector="nvidia.com/gpu.present")
-             .items]
+    names = [name_of(n) for n in core.list_node(label_selector="nvidia.com/gpu.present").items]
     assert names == lab["kubeapi"]["nodes"]
     try:
         node = core.patch_node("gpu05", {"metadata": {"labels": {"client": "python"}}})
-        assert node.metadata.labels["client"] == "python"
-        assert core.read_node("gpu05").status.allocatable["nvidia.com/gpu"] == "8"
+        assert labels_of(node)["client"] == "python"
+        status = core.read_node("gpu05").status
+        assert status is not None and status.allocatable is not None
+        assert status.allocatable["nvidia.com/gpu"] == "8"
     finally:
         core.patch_node("gpu05", {"metadata": {"labels": {"client": None}}})
-    assert "client" not in core.read_node("gpu05").metadata.labels
+    assert "client" not in labels_of(core.read_node("gpu05"))
 
 
 def test_eviction_201_then_429_from_the_pdb(lab: Lab, api_client: Any) -> None:
@@ -48,16 +61,16 @@ def test_eviction_201_then_429_from_the_pdb(lab: Lab, api_client: Any) -> None:
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace="serving"))
         return core.create_namespaced_pod_eviction(name, "serving", body)
 
-    evict(pods[0].metadata.name)  # 201: the PDB allows one disruption
+    evict(name_of(pods[0]))  # 201: the PDB allows one disruption
     with pytest.raises(client.ApiException) as blocked:
-        evict(pods[1].metadata.name)
+        evict(name_of(pods[1]))
     assert blocked.value.status == 429
-    assert "violate the pod's disruption budget" in blocked.value.body
+    assert "violate the pod's disruption budget" in (blocked.value.body or "")
     # The first pod goes after its grace period; its replacement turns Ready elsewhere.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
-            core.read_namespaced_pod(pods[0].metadata.name, "serving")
+            core.read_namespaced_pod(name_of(pods[0]), "serving")
         except client.ApiException as exc:
             assert exc.status == 404
             break
@@ -75,12 +88,13 @@ def test_stale_lease_replace_is_409(lab: Lab, api_client: Any) -> None:
     created = leases.create_namespaced_lease("default", lease)
     try:
         current = leases.read_namespaced_lease("client-test", "default")
+        assert current.spec is not None and created.spec is not None
         current.spec.holder_identity = "replica-b"
         leases.replace_namespaced_lease("client-test", "default", current)
         created.spec.holder_identity = "replica-c"  # still carries the old resourceVersion
         with pytest.raises(client.ApiException) as stale:
             leases.replace_namespaced_lease("client-test", "default", created)
         assert stale.value.status == 409
-        assert '"reason": "Conflict"' in stale.value.body
+        assert '"reason": "Conflict"' in (stale.value.body or "")
     finally:
         leases.delete_namespaced_lease("client-test", "default")

@@ -63,15 +63,16 @@ def text(url: str) -> str:
 def wait_for(check: Callable[[], T | None], what: str, timeout: float = WAIT) -> T:
     """Poll until `check` returns something truthy; fail with `what` and the last value."""
     deadline = time.monotonic() + timeout
-    last: Any = None
+    last: object = None
     while time.monotonic() < deadline:
         try:
-            last = check()
+            value = check()
         except (OSError, urllib.error.URLError, ValueError) as exc:
             last = exc
         else:
-            if last:
-                return last
+            if value:
+                return value
+            last = value
         time.sleep(0.2)
     pytest.fail(f"{what}: not after {timeout:g}s (last: {last!r})")
 

@@ -99,10 +99,11 @@ def test_auth_test_and_bad_tokens(slack: slackclient.LabSlack) -> None:
 
 def test_post_thread_update_and_the_channel(slack: slackclient.LabSlack) -> None:
     client = web(slack)
-    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "*drain gpu03*"}},
-              {"type": "actions", "elements": [
-                  {"type": "button", "action_id": "approve", "value": "7", "style": "primary",
-                   "text": {"type": "plain_text", "text": "Approve"}}]}]
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": "*drain gpu03*"}},
+        {"type": "actions", "elements": [
+            {"type": "button", "action_id": "approve", "value": "7", "style": "primary",
+             "text": {"type": "plain_text", "text": "Approve"}}]}]
     posted = client.chat_postMessage(channel="C0RUNBOOK", text="drain gpu03", blocks=blocks)
     assert posted["channel"] == "C0RUNBOOK" and TS.match(posted["ts"])
     assert posted["message"]["bot_id"] == "B0BOT" and posted["message"]["user"] == "U0BOT"

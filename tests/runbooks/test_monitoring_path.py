@@ -137,7 +137,8 @@ def served(lab: Lab, tmp_path: Path) -> Iterator[tuple[dict[str, str], str]]:
     def healthy() -> bool:
         try:
             with urllib.request.urlopen(url + "/healthz", timeout=1) as response:
-                return response.status == 200
+                status: int = response.status
+                return status == 200
         except OSError:
             return False
 

@@ -496,15 +496,17 @@ def test_sigkill_at_a_boundary_then_another_engine_finishes(run: Run) -> None:
     case = run.case
     prepare(run)
     dead_engine, dead_lease = first_engine(run)
+    standby = run.standby
+    assert standby is not None  # first_engine started it
     if case.runbook is DRAIN and case.trigger:
         run.release()  # wait-idle gave up on the job, or was cancelled
     if case.inside == "wait-idle":  # wait-idle runs again, and waits for the job again
-        assert run.wait(run.standby, lambda: run.has(
+        assert run.wait(standby, lambda: run.has(
             "step_started", step="wait-idle", attempt=2), 30), run.output()
         run.release()
 
     run.confirm = not case.runbook.manual
-    settled = run.wait(run.standby, lambda: run.state().state in ENDED)
+    settled = run.wait(standby, lambda: run.state().state in ENDED)
     assert settled, f"{case.id}: the second engine stopped\n{run.output()}"
     run.stop_standby()
     if case.runbook.manual and not case.trigger:  # held: a person decides

@@ -110,10 +110,11 @@ def test_a_window_opens_and_closes_on_the_lab(lab: Lab, bot: Service) -> None:
 
 def test_gpu_usage_report_on_the_lab(lab: Lab, bot: Service) -> None:
     account = lab["account"]
-    done = lab.run("sbatch", "--parsable", "-o", "/dev/null", "-J", "report-test", "-A", account,
-                   "--gres=gpu:2", "--wrap", "sleep 1")  # any node: others may be drained
-    assert done.returncode == 0, done.stderr
-    job = done.stdout.strip().split(";")[0]
+    # any node: others may be drained
+    submitted = lab.run("sbatch", "--parsable", "-o", "/dev/null", "-J", "report-test", "-A",
+                        account, "--gres=gpu:2", "--wrap", "sleep 1")
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
     deadline = time.monotonic() + 90
     while f"{account}|COMPLETED" not in lab.run("sacct", "-n", "-X", "-P", "-j", job, "-o",
                                                 "account,state", "-S", "now-1hour").stdout:

@@ -1,18 +1,8 @@
-"""The capacity guard: taking a node out must leave enough free GPUs in its pool.
+"""The capacity guard (``capacity:`` checks): taking a node out must leave enough free GPUs
+in its pool.
 
-    capacity: {pool_of: "{{ node }}", min_free_gpus_after: 16}
-
-Free GPUs now: Slurm, GRES total minus used on nodes in service (responding, not
-drained, not down); Kubernetes, allocatable ``nvidia.com/gpu`` minus the requests of
-the pods on schedulable Ready nodes. After: minus what the node itself has free. A
-node in both pools must keep both above the floor. The guard runs when the plan is
-made (a request that breaks it is refused with the numbers, unless the requester
-asks for break-glass, which costs one extra approval) and again as a pre-check.
-
-The site floor (``guards.min_free_gpus`` in the configuration, per pool) is under
-every capacity check: the floor checked is max(the runbook's, the site's). Break-glass
-overrides the runbook's floor, never the site's: an outcome under the site floor says
-so (``below_site_floor`` in its extra) and is not overridden.
+It only reads Slurm and Kubernetes, never changes them, and fails closed: a pool it cannot
+count fails the check. Break-glass is decided by its callers, not here.
 """
 
 from __future__ import annotations
@@ -32,6 +22,21 @@ from bot.runbooks.params import Inventory
 
 
 class CapacityEvaluator:
+    """Evaluates ``capacity: {pool_of: "{{ node }}", min_free_gpus_after: 16}``.
+
+    Free GPUs now: Slurm, GRES total minus used on nodes in service (responding, not
+    drained, not down); Kubernetes, allocatable ``nvidia.com/gpu`` minus the requests of
+    the pods on schedulable Ready nodes. After: minus what the node itself has free. A node
+    in both pools must keep both above the floor. The guard runs when the plan is made (a
+    request that breaks it is refused with the numbers, unless the requester asks for
+    break-glass, which costs one extra approval) and again as a pre-check.
+
+    The site floor (``guards.min_free_gpus`` in the configuration, per pool) is under every
+    capacity check: the floor checked is max(the runbook's, the site's). Break-glass
+    overrides the runbook's floor, never the site's: an outcome under the site floor says
+    so (``below_site_floor`` in its extra) and is not overridden.
+    """
+
     def __init__(self, inventory: Inventory, slurm: SlurmBackend | None = None,
                  kubernetes: KubernetesBackend | None = None,
                  kubernetes_selector: str | None = None,

@@ -1,17 +1,7 @@
 """``promql:`` and ``alerts:`` checks, against the configured Prometheus and Alertmanager.
 
-    promql: 'max(DCGM_FI_DEV_GPU_UTIL{Hostname="{{ node }}"})'
-    expect: "< 5"                 # every returned series must satisfy it
-    for: 1m                       # and keep satisfying it, polled
-
-    alerts: {node: "{{ node }}", severity: critical}   # no such alert may be firing
-
-Every series of a promql check is judged on its own, by its whole label set
-(adapters.prometheus.verdict): one failing series fails the check, whatever labels it
-shares with passing ones, and the failure names each failing series (the first
-``MAX_SHOWN``) with its value. No data fails a promql check ("no data for <query>");
-Prometheus or Alertmanager not answering fails it with the reason. Pending alerts are
-reported, never fatal.
+They only read, and fail closed: a query without data or a source not answering fails the
+check, never passes it. Polling (``for:``) is done by bot.execution.checks.core, not here.
 """
 
 from __future__ import annotations
@@ -29,6 +19,19 @@ MAX_SHOWN = SHOWN  # failing series named in a verdict
 
 
 class PromqlEvaluator:
+    """Evaluates a ``promql:`` check::
+
+        promql: 'max(DCGM_FI_DEV_GPU_UTIL{Hostname="{{ node }}"})'
+        expect: "< 5"                 # every returned series must satisfy it
+        for: 1m                       # and keep satisfying it, polled
+
+    Every series is judged on its own, by its whole label set (adapters.prometheus.verdict):
+    one failing series fails the check, whatever labels it shares with passing ones, and
+    the failure names each failing series (the first ``MAX_SHOWN``) with its value. No data
+    fails the check ("no data for <query>"); Prometheus not answering fails it with the
+    reason.
+    """
+
     def __init__(self, backend: PrometheusBackend) -> None:
         self._backend = backend
 
@@ -52,6 +55,14 @@ class PromqlEvaluator:
 
 
 class AlertsEvaluator:
+    """Evaluates an ``alerts:`` check: no such alert may be firing::
+
+        alerts: {node: "{{ node }}", severity: critical}
+
+    Alertmanager not answering fails it with the reason. Pending alerts (from Prometheus,
+    when configured) are reported, never fatal.
+    """
+
     def __init__(self, alertmanager: AlertmanagerBackend,
                  prometheus: PrometheusBackend | None = None) -> None:
         self._alertmanager = alertmanager

@@ -1,13 +1,7 @@
-"""One command grammar for every chat surface, answered by the core.
+"""One command grammar for every chat surface, answered by the core (``handle``).
 
-    help | list | describe NAME | plan NAME k=v... | run NAME k=v... | approve ID
-    | deny ID [reason] | cancel ID | status ID | show ID | history [node=N] | node NAME
-    | confirm ID [no] | proposals | proposal run ID | proposal dismiss ID [reason]
-    | schedule ... | window ...   (bot.surfaces.chat.scheduled)
-
-Any text gets a helpful answer, never a stack trace: unknown commands and runbooks
-come with suggestions, bad parameters with what is wrong. No business logic here;
-the ``Service`` decides and records everything.
+No business logic here: the ``Service`` decides and records everything, and this module
+knows no chat surface (Slack and ``runbook chat`` call it).
 """
 
 from __future__ import annotations
@@ -21,6 +15,7 @@ from bot.execution import executions
 from bot.execution.planning import approval_policy
 from bot.runbooks.params import ParamError, params_text, parse_assignments, split_words
 from bot.service import Service
+from bot.store.words import State
 from bot.surfaces import rendering
 from bot.surfaces.chat import scheduled
 from bot.surfaces.chat.reply import Reply
@@ -53,7 +48,16 @@ Command = Callable[[Service, list[str], str], Reply]
 
 
 def handle(bot: Service, line: str, user: str) -> Reply:
-    """Answer one line of chat from ``user``."""
+    """Answer one line of chat from ``user``::
+
+        help | list | describe NAME | plan NAME k=v... | run NAME k=v... | approve ID
+        | deny ID [reason] | cancel ID | status ID | show ID | history [node=N] | node NAME
+        | confirm ID [no] | proposals | proposal run ID | proposal dismiss ID [reason]
+        | schedule ... | window ...   (bot.surfaces.chat.scheduled)
+
+    Any text gets a helpful answer, never a stack trace: unknown commands and runbooks
+    come with suggestions, bad parameters with what is wrong.
+    """
     try:
         words = split_words(line.strip().removeprefix("/runbook").strip())
     except ParamError as exc:
@@ -115,7 +119,7 @@ def _run(bot: Service, args: list[str], user: str) -> Reply:
     execution_id = bot.request(args[0], parse_assignments(args[1:]), user, source="chat")
     ex = bot.get(execution_id)
     waiting = (f"waiting for approval: {ex.plan.approval.describe()} (approve {ex.id})"
-               if ex.state == "awaiting_approval" else "queued: it runs now")
+               if ex.state == State.AWAITING_APPROVAL else "queued: it runs now")
     return Reply(f"execution {ex.id}: {ex.runbook} {ex.version} requested by {user}; {waiting}",
                  execution_id=ex.id)
 

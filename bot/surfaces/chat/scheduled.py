@@ -1,13 +1,6 @@
 """The ``schedule`` and ``window`` verbs of the chat grammar (bot.surfaces.chat.commands), also
 behind ``runbook schedule ...`` and ``runbook window ...``.
 
-    schedule add NAME key=value... cron="0 2 * * SAT" [tz=Europe/Istanbul] [approve=ahead]
-    schedule add NAME key=value... at="2026-12-05 02:00" [tz=...] [approve=ahead]
-    schedule [list [all]] | show ID | approve ID | pause ID | resume ID | remove ID
-    window create NODES start=now|"2026-12-05 02:00" duration=4h [tz=...] [reason=...]
-                  [runbooks="NAME key=value...; NAME key=value..."]
-    window [list [all]] | show ID | approve ID | open ID | cancel ID
-
 Only words are read here; bot.schedule.scheduling and bot.schedule.windows decide and
 record everything.
 """
@@ -17,6 +10,7 @@ from __future__ import annotations
 from bot.runbooks.params import parse_assignments
 from bot.schedule import scheduling, windows
 from bot.service import Service
+from bot.surfaces import schedule_text
 from bot.surfaces.chat.reply import Reply
 
 SCHEDULE_USAGE = ('schedule add NAME key=value... cron="0 2 * * SAT"|at="2026-12-05 02:00" '
@@ -36,17 +30,24 @@ def _id(args: list[str]) -> int | None:
 
 
 def schedule(bot: Service, args: list[str], user: str, source: str = "chat") -> Reply:
+    """The ``schedule`` verb::
+
+        schedule add NAME key=value... cron="0 2 * * SAT" [tz=Europe/Istanbul] [approve=ahead]
+        schedule add NAME key=value... at="2026-12-05 02:00" [tz=...] [approve=ahead]
+        schedule [list [all]] | show ID | approve ID | pause ID | resume ID | remove ID
+    """
     verb = args[0].lower() if args else "list"
     if verb == "list":
         listed = scheduling.listing(bot, everything=args[1:2] == ["all"])
-        return Reply("\n".join(scheduling.line(bot, s) for s in listed) or "no schedules")
+        lines = [schedule_text.schedule_line(bot, s) for s in listed]
+        return Reply("\n".join(lines) or "no schedules")
     if verb == "add":
         return _add(bot, args[1:], user, source)
     schedule_id = _id(args)
     if verb not in ("show", "approve", "pause", "resume", "remove") or schedule_id is None:
         return _usage(SCHEDULE_USAGE)
     if verb == "show":
-        return Reply(scheduling.show_text(bot, scheduling.get(bot, schedule_id)))
+        return Reply(schedule_text.schedule_text(bot, scheduling.get(bot, schedule_id)))
     if verb == "approve":
         found, names, note = scheduling.approve(bot, schedule_id, user)
         required = bot.plan(found.runbook, found.params).approval.required
@@ -80,17 +81,24 @@ def _add(bot: Service, words: list[str], user: str, source: str) -> Reply:
 
 
 def window(bot: Service, args: list[str], user: str) -> Reply:
+    """The ``window`` verb::
+
+        window create NODES start=now|"2026-12-05 02:00" duration=4h [tz=...] [reason=...]
+                      [runbooks="NAME key=value...; NAME key=value..."]
+        window [list [all]] | show ID | approve ID | open ID | cancel ID
+    """
     verb = args[0].lower() if args else "list"
     if verb == "list":
         listed = windows.listing(bot, everything=args[1:2] == ["all"])
-        return Reply("\n".join(windows.line(w) for w in listed) or "no maintenance windows")
+        lines = [schedule_text.window_line(w) for w in listed]
+        return Reply("\n".join(lines) or "no maintenance windows")
     if verb == "create":
         return _create(bot, args[1:], user)
     window_id = _id(args)
     if verb not in ("show", "approve", "open", "cancel") or window_id is None:
         return _usage(WINDOW_USAGE)
     if verb == "show":
-        return Reply(windows.show_text(bot, windows.get(bot, window_id)))
+        return Reply(schedule_text.window_text(bot, windows.get(bot, window_id)))
     if verb == "approve":
         found, names, note = windows.approve(bot, window_id, user)
         return Reply(f"window {found.id}: approved ahead by {user} (approvers so far: "

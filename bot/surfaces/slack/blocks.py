@@ -11,15 +11,16 @@ from bot.execution import locking
 from bot.execution.executions import Execution, StepState
 from bot.execution.planning import Plan, PlannedCheck
 from bot.runbooks.params import params_text
+from bot.store.words import State
 from kit.durations import format_duration
 
 # Block Kit limits: 3000 characters per section text, 50 blocks per message.
 SECTION_LIMIT = 2900
 STEP_MARK = {"pending": "⚪", "running": "🔵", "succeeded": "✅", "failed": "❌",
              "skipped": "⏭️", "undone": "↩️", "undo_failed": "⚠️"}
-STATE_MARK = {"awaiting_approval": "🟡", "approved": "🟢", "running": "🔵", "undoing": "🟠",
-              "held": "⏸️", "succeeded": "✅", "failed": "❌", "denied": "⛔",
-              "expired": "⌛", "cancelled": "🚫"}
+STATE_MARK = {State.AWAITING_APPROVAL: "🟡", State.APPROVED: "🟢", State.RUNNING: "🔵",
+              State.UNDOING: "🟠", State.HELD: "⏸️", State.SUCCEEDED: "✅", State.FAILED: "❌",
+              State.DENIED: "⛔", State.EXPIRED: "⌛", State.CANCELLED: "🚫"}
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def plan_message(ex: Execution, approvers: list[str], now: float | None = None) 
     if checks:
         blocks.append(_section("\n".join(checks)))
     blocks.append(_section(_approval_line(ex, approvers, now)))
-    if ex.state == "awaiting_approval":
+    if ex.state == State.AWAITING_APPROVAL:
         value = f"{ex.id}:{ex.plan_hash}"
         blocks.append({"type": "actions", "block_id": f"decide-{ex.id}", "elements": [
             _button("Approve", "approve", value, "primary"),
@@ -112,7 +113,7 @@ def _approval_line(ex: Execution, approvers: list[str], now: float | None) -> st
             f"({ex.plan.approval.describe()})")
     if approvers:
         line += " — approved by " + ", ".join(approvers)
-    if ex.state == "awaiting_approval" and ex.approval_deadline is not None:
+    if ex.state == State.AWAITING_APPROVAL and ex.approval_deadline is not None:
         left = max(0.0, ex.approval_deadline - (now or time.time()))
         at = time.strftime("%H:%M UTC", time.gmtime(ex.approval_deadline))
         line += f"\n⏳ expires at {at} (in {int(left // 60)} min)"
@@ -135,7 +136,7 @@ def step_lines(ex: Execution, states: dict[tuple[str, str], StepState]) -> list[
 def progress_message(ex: Execution, approvers: list[str],
                      states: dict[tuple[str, str], StepState]) -> Message:
     """The root message once the request is decided: a line per step."""
-    if ex.state == "awaiting_approval":
+    if ex.state == State.AWAITING_APPROVAL:
         return plan_message(ex, approvers)
     blocks = [
         _section(_title(ex)),
@@ -146,7 +147,7 @@ def progress_message(ex: Execution, approvers: list[str],
     ]
     if ex.error:
         blocks.append(_section(f"*{'Reason' if ex.terminal else 'Note'}*: {ex.error}"))
-    if ex.state in ("running", "approved", "held"):
+    if ex.state in (State.RUNNING, State.APPROVED, State.HELD):
         blocks.append({"type": "actions", "block_id": f"steer-{ex.id}", "elements": [
             _button("Cancel", "cancel", str(ex.id), "danger")]})
     blocks.append(_context(f"details in the thread · `runbook show {ex.id}`"))

@@ -1,11 +1,7 @@
 """Plans, progress and proposals in the channel: what the database says, kept up to date.
 
-One root message per execution, posted when it is requested (from any surface:
-Slack, the CLI, a schedule, an alert) and updated with ``chat.update`` as its
-steps move; the engine's progress lines and the final summary go to its thread.
-Each message has a row in ``chat_messages`` claimed before it is posted, so a
-restart or another replica never posts it twice. It runs in the leader only,
-next to the engine whose progress lines it receives.
+It decides nothing: it reads the bot's state and posts it, keeping its own record of what
+it posted (``chat_messages``); see ``Poster``.
 """
 
 from __future__ import annotations
@@ -29,6 +25,7 @@ from bot.store import audit
 from bot.store.db import now_iso
 from bot.store.schema import chat_messages, confirmations, proposals
 from bot.store.schema import executions as executions_table
+from bot.store.words import NOT_ENDED, Kind
 from bot.surfaces.slack import blocks, deliveries
 from bot.surfaces.slack.blocks import Message
 from kit.canonical import canonical
@@ -42,6 +39,14 @@ LOOKBACK_SECONDS = 300.0
 
 
 class Poster:
+    """One root message per execution, posted when it is requested (from any surface:
+    Slack, the CLI, a schedule, an alert) and updated with ``chat.update`` as its steps
+    move; the engine's progress lines (``report``) and the final summary go to its thread.
+    Each message has a row in ``chat_messages`` claimed before it is posted, so a restart or
+    another replica never posts it twice. It runs in the leader only, next to the engine
+    whose progress lines it receives.
+    """
+
     def __init__(self, bot: Service, client: Any, channel: str, poll_seconds: float) -> None:
         self.bot = bot
         self.client = client
@@ -91,7 +96,7 @@ class Poster:
             posted = select(chat_messages.c.subject)
             rows = conn.execute(
                 select(executions_table.c.id).where(
-                    (executions_table.c.state.in_(executions.ACTIVE | {"held"}))
+                    (executions_table.c.state.in_(sorted(NOT_ENDED)))
                     | (executions_table.c.requested_at >= self._since))
                 .order_by(executions_table.c.id)).all()
             known = set(conn.execute(posted.where(
@@ -139,8 +144,8 @@ class Poster:
     def _summary(self, ex: Execution) -> str:
         with self.bot.db.connect() as conn:
             events = list(audit.events(conn, execution_id=ex.id))
-        checks = [e["data"] for e in events if e["kind"] == "check_evaluated"]
-        started = next((e["ts"] for e in events if e["kind"] == "started"), None)
+        checks = [e["data"] for e in events if e["kind"] == Kind.CHECK_EVALUATED]
+        started = next((e["ts"] for e in events if e["kind"] == Kind.STARTED), None)
         duration = None
         if started and ex.finished_at:
             duration = (_parse(ex.finished_at) - _parse(started)).total_seconds()

@@ -19,6 +19,7 @@ from bot.alerts import proposing
 from bot.runtime.serving import make_handler
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
+from tests.conftest import BotFactory
 
 RULES = [
     {"match": {"alertname": "GpuXidFallenOffBus"}, "runbook": "demo",
@@ -31,7 +32,7 @@ RULES = [
 
 
 @pytest.fixture
-def served(make_bot: Any) -> Iterator[tuple[Any, str]]:
+def served(make_bot: BotFactory) -> Iterator[tuple[Any, str]]:
     from http.server import ThreadingHTTPServer
 
     fakes.reset()

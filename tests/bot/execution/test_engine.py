@@ -12,9 +12,10 @@ import pytest
 from bot.execution import executions
 from bot.execution.engine import Engine
 from bot.runbooks.catalogue import Catalogue
+from bot.service import Service
 from bot.store import audit
 from tests.bot import fakes
-from tests.conftest import standard_actions
+from tests.conftest import BotFactory, standard_actions
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +45,7 @@ def record(step_id: str, key: str, undo: bool = True, **extra: Any) -> dict[str,
     return step
 
 
-def run(bot: Any, params: dict[str, str] | None = None, user: str = "alice") -> Any:
+def run(bot: Service, params: dict[str, str] | None = None, user: str = "alice") -> Any:
     execution_id = bot.request("demo", params or {"node": "gpu01"}, user)
     engine = Engine(bot, sleep=lambda s: None)
     try:
@@ -53,14 +54,14 @@ def run(bot: Any, params: dict[str, str] | None = None, user: str = "alice") -> 
         engine.close()
 
 
-def test_steps_run_in_order_and_succeed(make_bot: Any) -> None:
+def test_steps_run_in_order_and_succeed(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": runbook([record("a", "{{ node }}-a"), record("b", "{{ node }}-b")])})
     ex = run(bot)
     assert ex.state == "succeeded"
     assert fakes.JOURNAL == [("test.record", "gpu01-a"), ("test.record", "gpu01-b")]
 
 
-def test_failure_undoes_completed_steps_in_reverse(make_bot: Any) -> None:
+def test_failure_undoes_completed_steps_in_reverse(make_bot: BotFactory) -> None:
     fakes.FAILURES["c"] = 99
     steps = [record("a", "a"), record("b", "b"),
              {"id": "c", "action": "test.flaky", "with": {"key": "c"}}]
@@ -71,7 +72,7 @@ def test_failure_undoes_completed_steps_in_reverse(make_bot: Any) -> None:
     assert fakes.STATE == {"a": False, "b": False}
 
 
-def test_on_failure_leave_keeps_completed_steps(make_bot: Any) -> None:
+def test_on_failure_leave_keeps_completed_steps(make_bot: BotFactory) -> None:
     fakes.FAILURES["c"] = 99
     steps = [record("a", "a"), {"id": "c", "action": "test.flaky", "with": {"key": "c"}}]
     ex = run(make_bot({"demo": runbook(steps, on_failure="leave")}))
@@ -80,7 +81,7 @@ def test_on_failure_leave_keeps_completed_steps(make_bot: Any) -> None:
     assert "left as they are" in (ex.error or "")
 
 
-def test_retries_until_success(make_bot: Any) -> None:
+def test_retries_until_success(make_bot: BotFactory) -> None:
     fakes.FAILURES["f"] = 2
     steps = [{"id": "f", "action": "test.flaky", "with": {"key": "f"}, "retries": 2,
               "retry_delay": "0s"}]
@@ -89,7 +90,7 @@ def test_retries_until_success(make_bot: Any) -> None:
     assert fakes.JOURNAL.count(("test.flaky", "f")) == 3
 
 
-def test_retries_exhausted_fails(make_bot: Any) -> None:
+def test_retries_exhausted_fails(make_bot: BotFactory) -> None:
     fakes.FAILURES["f"] = 5
     steps = [{"id": "f", "action": "test.flaky", "with": {"key": "f"}, "retries": 1}]
     ex = run(make_bot({"demo": runbook(steps)}))
@@ -97,7 +98,7 @@ def test_retries_exhausted_fails(make_bot: Any) -> None:
     assert fakes.JOURNAL.count(("test.flaky", "f")) == 2
 
 
-def test_step_timeout_fails_the_step(make_bot: Any) -> None:
+def test_step_timeout_fails_the_step(make_bot: BotFactory) -> None:
     steps = [record("a", "a"),
              {"id": "slow", "action": "test.gate", "with": {"key": "g", "seconds": 5},
               "timeout": "200ms"}]
@@ -109,7 +110,7 @@ def test_step_timeout_fails_the_step(make_bot: Any) -> None:
     assert fakes.STATE["a"] is False  # undone
 
 
-def test_when_false_skips_step(make_bot: Any) -> None:
+def test_when_false_skips_step(make_bot: BotFactory) -> None:
     steps = [record("slurm", "s", when="{{ node in slurm }}"),
              record("k8s", "k", when="{{ node in kubernetes }}")]
     bot = make_bot({"demo": runbook(steps)})
@@ -121,7 +122,7 @@ def test_when_false_skips_step(make_bot: Any) -> None:
     assert states[("do", "k8s")].state == "skipped"
 
 
-def test_pre_check_failure_runs_nothing(make_bot: Any) -> None:
+def test_pre_check_failure_runs_nothing(make_bot: BotFactory) -> None:
     checks = [{"name": "always fails", "command": "false-cmd", "expect": "== 0"}]
     bot = make_bot({"demo": runbook([record("a", "a")], pre_checks=checks)},
                    host_commands={"false-cmd": {"argv": ["false"]}})
@@ -131,7 +132,7 @@ def test_pre_check_failure_runs_nothing(make_bot: Any) -> None:
     assert fakes.JOURNAL == []
 
 
-def test_post_check_failure_undoes(make_bot: Any) -> None:
+def test_post_check_failure_undoes(make_bot: BotFactory) -> None:
     checks = [{"name": "always fails", "command": "false-cmd", "expect": "== 0"}]
     bot = make_bot({"demo": runbook([record("a", "a")], post_checks=checks)},
                    host_commands={"false-cmd": {"argv": ["false"]}})
@@ -140,14 +141,14 @@ def test_post_check_failure_undoes(make_bot: Any) -> None:
     assert fakes.JOURNAL == [("test.record", "a"), ("test.forget", "a")]
 
 
-def test_unconfigured_check_kind_fails_closed(make_bot: Any) -> None:
+def test_unconfigured_check_kind_fails_closed(make_bot: BotFactory) -> None:
     checks = [{"name": "gpu idle", "promql": "max(DCGM_FI_DEV_GPU_UTIL)", "expect": "< 5"}]
     ex = run(make_bot({"demo": runbook([record("a", "a")], pre_checks=checks)}))
     assert ex.state == "failed"
     assert "not available" in (ex.error or "")
 
 
-def test_cancel_stops_at_next_boundary_and_undoes(make_bot: Any) -> None:
+def test_cancel_stops_at_next_boundary_and_undoes(make_bot: BotFactory) -> None:
     steps = [record("a", "a"), {"id": "wait", "action": "test.gate", "with": {"key": "g"}},
              record("b", "b")]
     bot = make_bot({"demo": runbook(steps)})
@@ -168,7 +169,7 @@ def test_cancel_stops_at_next_boundary_and_undoes(make_bot: Any) -> None:
     assert fakes.STATE["a"] is False
 
 
-def test_approval_voided_when_plan_changes(make_bot: Any) -> None:
+def test_approval_voided_when_plan_changes(make_bot: BotFactory) -> None:
     steps = [{"id": "run", "action": "host.run", "with": {"command": "probe"}}]
     body = runbook(steps, risk="medium")
     bot = make_bot({"demo": body}, host_commands={"probe": {"argv": ["true"]}})
@@ -188,7 +189,7 @@ def test_approval_voided_when_plan_changes(make_bot: Any) -> None:
     assert "approval_voided" in kinds
 
 
-def test_resume_skips_finished_steps(make_bot: Any) -> None:
+def test_resume_skips_finished_steps(make_bot: BotFactory) -> None:
     """An engine died after step a finished and while b was running: b runs again, a does not."""
     bot = make_bot({"demo": runbook([record("a", "a"), record("b", "b"), record("c", "c")])})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
@@ -213,7 +214,7 @@ def test_resume_skips_finished_steps(make_bot: Any) -> None:
     assert fakes.JOURNAL == [("test.record", "b"), ("test.record", "c")]
 
 
-def test_manual_resume_holds_for_a_person(make_bot: Any) -> None:
+def test_manual_resume_holds_for_a_person(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": runbook([record("a", "a"), record("b", "b")], resume="manual")})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     dead = Engine(bot, owner="dead-engine")
@@ -231,7 +232,7 @@ def test_manual_resume_holds_for_a_person(make_bot: Any) -> None:
     survivor.close()
 
 
-def test_live_lease_is_not_taken_over(make_bot: Any) -> None:
+def test_live_lease_is_not_taken_over(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": runbook([record("a", "a")])})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     holder = Engine(bot, owner="holder")
@@ -249,7 +250,7 @@ def _call(step: Any) -> Any:
 
 
 @pytest.mark.parametrize("yes", [True, False])
-def test_confirm_waits_for_a_person(make_bot: Any, yes: bool) -> None:
+def test_confirm_waits_for_a_person(make_bot: BotFactory, yes: bool) -> None:
     steps = [record("a", "a"),
              {"id": "swap", "action": "chat.confirm",
               "with": {"question": "GPU replaced on {{ node }}?", "poll": 0.05}},
@@ -278,12 +279,12 @@ def test_confirm_waits_for_a_person(make_bot: Any, yes: bool) -> None:
         assert fakes.JOURNAL[-1] == ("test.forget", "a")
 
 
-def _kinds(bot: Any, execution_id: int) -> list[str]:
+def _kinds(bot: Service, execution_id: int) -> list[str]:
     with bot.db.connect() as conn:
         return [e["kind"] for e in audit.events(conn, execution_id=execution_id)]
 
 
-def test_undo_skips_a_step_that_changed_nothing(make_bot: Any) -> None:
+def test_undo_skips_a_step_that_changed_nothing(make_bot: BotFactory) -> None:
     """Someone else had already done "a": failing later must not undo their work."""
     fakes.STATE["a"] = True
     fakes.FAILURES["c"] = 9
@@ -298,7 +299,7 @@ def test_undo_skips_a_step_that_changed_nothing(make_bot: Any) -> None:
     assert "undo_skipped" in _kinds(bot, ex.id)
 
 
-def test_undo_if_failed_undoes_the_failing_step_too(make_bot: Any) -> None:
+def test_undo_if_failed_undoes_the_failing_step_too(make_bot: BotFactory) -> None:
     fakes.FAILURES["c"] = 9
     steps = [record("a", "a"),
              {"id": "c", "action": "test.flaky", "with": {"key": "c"}, "undo_if_failed": True,
@@ -308,7 +309,7 @@ def test_undo_if_failed_undoes_the_failing_step_too(make_bot: Any) -> None:
     assert fakes.JOURNAL[-2:] == [("test.forget", "c"), ("test.forget", "a")]
 
 
-def test_engine_loop_drives_executions_side_by_side(make_bot: Any) -> None:
+def test_engine_loop_drives_executions_side_by_side(make_bot: BotFactory) -> None:
     steps = [{"id": "wait", "action": "test.gate", "with": {"key": "{{ node }}"}}]
     bot = make_bot({"demo": runbook(steps)})
     first = bot.request("demo", {"node": "gpu01"}, "alice")

@@ -17,11 +17,13 @@ from sqlalchemy import update
 from bot.execution import executions
 from bot.execution.checks.core import Checks, CommandEvaluator
 from bot.execution.engine import Engine
+from bot.service import Service
 from bot.store import audit
 from bot.store.db import now_iso
 from bot.store.schema import locks, maintenance_windows
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
+from tests.conftest import BotFactory
 
 
 @pytest.fixture(autouse=True)
@@ -33,12 +35,12 @@ def gate(key: str, seconds: float = 60, **extra: Any) -> dict[str, Any]:
     return {"id": key, "action": "test.gate", "with": {"key": key, "seconds": seconds, **extra}}
 
 
-def kinds(bot: Any, execution_id: int) -> list[str]:
+def kinds(bot: Service, execution_id: int) -> list[str]:
     with bot.db.connect() as conn:
         return [e["kind"] for e in audit.events(conn, execution_id=execution_id)]
 
 
-def events(bot: Any, execution_id: int) -> list[dict[str, Any]]:
+def events(bot: Service, execution_id: int) -> list[dict[str, Any]]:
     with bot.db.connect() as conn:
         return list(audit.events(conn, execution_id=execution_id))
 
@@ -61,7 +63,7 @@ def wait_for(condition: Any, seconds: float = 10) -> None:
 
 
 @pytest.mark.parametrize("last", [True, False])
-def test_cancel_reaches_a_waiting_step_and_undoes(make_bot: Any, last: bool) -> None:
+def test_cancel_reaches_a_waiting_step_and_undoes(make_bot: BotFactory, last: bool) -> None:
     steps = [record("a", "a"), gate("wait")] + ([] if last else [record("b", "b")])
     bot = make_bot({"demo": runbook(steps)})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
@@ -80,7 +82,7 @@ def test_cancel_reaches_a_waiting_step_and_undoes(make_bot: Any, last: bool) -> 
     assert "post-check" not in " ".join(kinds(bot, execution_id))
 
 
-def test_cancel_during_a_post_check_that_waits(make_bot: Any) -> None:
+def test_cancel_during_a_post_check_that_waits(make_bot: BotFactory) -> None:
     checks = [{"name": "never passes", "command": "false-cmd", "expect": "== 0",
                "within": "2m"}]
     bot = make_bot({"demo": runbook([record("a", "a")], post_checks=checks)},
@@ -107,7 +109,7 @@ class _LateCancel(Engine):
         return False
 
 
-def test_a_cancel_after_the_last_look_still_undoes(make_bot: Any) -> None:
+def test_a_cancel_after_the_last_look_still_undoes(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": runbook([record("a", "a"), gate("last", seconds=0.3)])})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     engine = _LateCancel(bot, sleep=lambda s: None)
@@ -123,7 +125,7 @@ def test_a_cancel_after_the_last_look_still_undoes(make_bot: Any) -> None:
 # --- 2. an execution is pinned to the version it was requested with --------------------
 
 
-def test_a_changed_runbook_file_does_not_change_what_runs(make_bot: Any) -> None:
+def test_a_changed_runbook_file_does_not_change_what_runs(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": runbook([record("a", "a")])})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")  # low risk: approved
     folder = Path(bot.config.runbook_paths[0])
@@ -141,7 +143,7 @@ def test_a_changed_runbook_file_does_not_change_what_runs(make_bot: Any) -> None
     assert ex.version == "1.0.0" and [s.id for s in ex.plan.steps] == ["a"]
 
 
-def _open_window_over(bot: Any, nodes: str) -> int:
+def _open_window_over(bot: Service, nodes: str) -> int:
     now = now_iso()
     with bot.db.begin() as conn:
         result = conn.execute(maintenance_windows.insert().values(
@@ -153,7 +155,7 @@ def _open_window_over(bot: Any, nodes: str) -> int:
         return int(key[0])
 
 
-def test_a_plan_that_now_needs_approval_is_asked_never_run(make_bot: Any) -> None:
+def test_a_plan_that_now_needs_approval_is_asked_never_run(make_bot: BotFactory) -> None:
     """Approved with no approval needed inside a window; at start the window has closed, so
     the plan made now needs one: it waits for a person, nothing runs on the old decision."""
     bot = make_bot({"demo": runbook([record("a", "a")], windows="required")})
@@ -178,7 +180,8 @@ def test_a_plan_that_now_needs_approval_is_asked_never_run(make_bot: Any) -> Non
 # --- 4. a heartbeat that fails: the engine stops itself, another takes over ----------------
 
 
-def test_an_engine_that_cannot_renew_stops_before_another_takes_over(make_bot: Any) -> None:
+def test_an_engine_that_cannot_renew_stops_before_another_takes_over(
+        make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     bot = make_bot({"demo": runbook([gate("slow", seconds=30)])},
                    engine={"lease_seconds": 1.0, "poll_seconds": 0.05,
                            "clock_skew_seconds": 0.2})
@@ -188,7 +191,7 @@ def test_an_engine_that_cannot_renew_stops_before_another_takes_over(make_bot: A
     def broken(claims: Any) -> None:
         raise RuntimeError("database is locked")
 
-    first.renew = broken  # type: ignore[method-assign]  # the heartbeat fails from now on
+    monkeypatch.setattr(first, "renew", broken)  # the heartbeat fails from now on
     worker, box = drive_in_thread(first, execution_id)
     wait_for(lambda: "slow" in fakes.STARTED)
     worker.join(10)  # it gives the claim up by itself and stops the action
@@ -208,7 +211,7 @@ def test_an_engine_that_cannot_renew_stops_before_another_takes_over(make_bot: A
     assert {e["data"].get("epoch") for e in seen if e["kind"] == "step_started"} == {1, 2}
 
 
-def test_an_engine_whose_epoch_is_gone_writes_nothing(make_bot: Any) -> None:
+def test_an_engine_whose_epoch_is_gone_writes_nothing(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": runbook([gate("slow", seconds=30)])})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     first = Engine(bot, owner="first", sleep=lambda s: None)
@@ -228,7 +231,7 @@ def test_an_engine_whose_epoch_is_gone_writes_nothing(make_bot: Any) -> None:
 # --- 6. an approved execution that lost its locks before it started ----------------------
 
 
-def test_lost_locks_before_start_fail_it_and_engine_once_returns(make_bot: Any) -> None:
+def test_lost_locks_before_start_fail_it_and_engine_once_returns(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": runbook([record("a", "{{ node }}")])})
     first = bot.request("demo", {"node": "gpu01"}, "alice")
     with bot.db.begin() as conn:
@@ -236,7 +239,12 @@ def test_lost_locks_before_start_fail_it_and_engine_once_returns(make_bot: Any) 
     second = bot.request("demo", {"node": "gpu01"}, "bob")  # takes the expired locks
     engine = Engine(bot, sleep=lambda s: None)
     done = threading.Event()
-    worker = threading.Thread(target=lambda: (engine.run_pending(once=True), done.set()))
+
+    def once() -> None:
+        engine.run_pending(once=True)
+        done.set()
+
+    worker = threading.Thread(target=once)
     worker.start()
     worker.join(20)
     engine.close()
@@ -250,7 +258,7 @@ def test_lost_locks_before_start_fail_it_and_engine_once_returns(make_bot: Any) 
 # --- 11. a timeout never overlaps the undo ---------------------------------------------
 
 
-def test_undo_starts_only_after_the_timed_out_action_returned(make_bot: Any) -> None:
+def test_undo_starts_only_after_the_timed_out_action_returned(make_bot: BotFactory) -> None:
     steps = [record("a", "a"), {**gate("slow", seconds=30), "timeout": "300ms"}]
     bot = make_bot({"demo": runbook(steps)})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
@@ -262,7 +270,7 @@ def test_undo_starts_only_after_the_timed_out_action_returned(make_bot: Any) -> 
     assert fakes.STATE == {"a": False}
 
 
-def test_an_action_that_ignores_its_timeout_is_held_not_undone(make_bot: Any) -> None:
+def test_an_action_that_ignores_its_timeout_is_held_not_undone(make_bot: BotFactory) -> None:
     steps = [record("a", "a"), {**gate("stuck", seconds=3, ignore_stop=True), "timeout": "200ms"}]
     bot = make_bot({"demo": runbook(steps)},
                    engine={"lease_seconds": 2, "poll_seconds": 0.05, "stop_grace_seconds": 0.5})

@@ -18,13 +18,15 @@ from bot.execution.checks.core import Checks
 from bot.execution.checks.slurm import SlurmEvaluator
 from bot.execution.engine import Engine
 from bot.runbooks.catalogue import Catalogue
-from bot.store.audit import canonical
+from bot.service import Service
 from bot.surfaces.rendering import plan_text
 from bot.surfaces.slack.blocks import capacity_lines
+from kit.canonical import canonical
 from kit.errors import Refused
 from tests.bot import fakes
 from tests.bot.schedule.windowfakes import Systems
 from tests.bot.test_service import kinds
+from tests.conftest import BotFactory
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +40,7 @@ WEAKENED = ("min_free_gpus=0 weakens a guard (free GPUs the pool must keep): it 
             "its default 8")
 
 
-def drain_bot(make_bot: Any, **config: Any) -> tuple[Any, Systems]:
+def drain_bot(make_bot: BotFactory, **config: Any) -> tuple[Any, Systems]:
     """The shipped drain-node over an in-memory Slurm of 4 idle nodes with 8 GPUs each (32
     free; 24 once gpu01 is out), with the real capacity and slurm checks."""
     systems = Systems(["gpu01", "gpu02", "gpu03", "gpu04"], ["gpu04"])
@@ -52,7 +54,7 @@ def drain_bot(make_bot: Any, **config: Any) -> tuple[Any, Systems]:
     return bot, systems
 
 
-def drive(bot: Any, execution_id: int) -> Any:
+def drive(bot: Service, execution_id: int) -> Any:
     engine = Engine(bot, sleep=lambda s: None)
     try:
         return engine.drive(execution_id)
@@ -66,7 +68,7 @@ def drive(bot: Any, execution_id: int) -> Any:
     ({"requeue": "true"}, r"requeue=true weakens a guard .* not its default false"),
 ])
 def test_a_parameter_that_weakens_a_guard_is_refused_without_break_glass(
-        make_bot: Any, raw: dict[str, str], message: str) -> None:
+        make_bot: BotFactory, raw: dict[str, str], message: str) -> None:
     bot, systems = drain_bot(make_bot)
     bot.runbooks()
     before = kinds(bot)
@@ -79,7 +81,7 @@ def test_a_parameter_that_weakens_a_guard_is_refused_without_break_glass(
     assert systems.slurm.calls == []
 
 
-def test_break_glass_for_a_weakened_guard_needs_one_more_approval(make_bot: Any) -> None:
+def test_break_glass_for_a_weakened_guard_needs_one_more_approval(make_bot: BotFactory) -> None:
     bot, systems = drain_bot(make_bot)
     execution_id = bot.request("drain-node", {**DRAIN, "min_free_gpus": "0"}, "alice",
                                break_glass=True)
@@ -97,7 +99,7 @@ def test_break_glass_for_a_weakened_guard_needs_one_more_approval(make_bot: Any)
     assert "DRAIN" in systems.slurm.state["gpu01"].flags
 
 
-def test_values_that_keep_the_guard_are_not_break_glass(make_bot: Any) -> None:
+def test_values_that_keep_the_guard_are_not_break_glass(make_bot: BotFactory) -> None:
     bot, _ = drain_bot(make_bot)
     for raw in ({}, {"min_free_gpus": "8", "requeue": "false"}, {"min_free_gpus": "16"}):
         plan = bot.plan("drain-node", {**DRAIN, **raw})
@@ -107,7 +109,7 @@ def test_values_that_keep_the_guard_are_not_break_glass(make_bot: Any) -> None:
     assert not plan.break_glass and plan.approval.required == 1
 
 
-def test_the_plan_names_the_weakened_guard(make_bot: Any) -> None:
+def test_the_plan_names_the_weakened_guard(make_bot: BotFactory) -> None:
     bot, _ = drain_bot(make_bot)
     plan = bot.plan("drain-node", {**DRAIN, "min_free_gpus": "0", "requeue": "yes"},
                     break_glass=True)
@@ -121,7 +123,7 @@ def test_the_plan_names_the_weakened_guard(make_bot: Any) -> None:
 
 @pytest.mark.parametrize("raw, break_glass", [
     ({}, False), ({}, True), ({"min_free_gpus": "0"}, True), ({"min_free_gpus": "40"}, True)])
-def test_no_request_goes_under_the_site_floor(make_bot: Any, raw: dict[str, str],
+def test_no_request_goes_under_the_site_floor(make_bot: BotFactory, raw: dict[str, str],
                                               break_glass: bool) -> None:
     bot, systems = drain_bot(make_bot, guards={"min_free_gpus": {"slurm": 30}})
     with pytest.raises(Refused, match=r"the site floor: .*Slurm pool: 32 free GPUs now, 24 after "
@@ -130,7 +132,7 @@ def test_no_request_goes_under_the_site_floor(make_bot: Any, raw: dict[str, str]
     assert systems.slurm.calls == []
 
 
-def test_break_glass_lowers_the_runbook_floor_down_to_the_site_floor(make_bot: Any) -> None:
+def test_break_glass_lowers_the_runbook_floor_down_to_the_site_floor(make_bot: BotFactory) -> None:
     bot, _ = drain_bot(make_bot, guards={"min_free_gpus": {"slurm": 20}})
     plan = bot.plan("drain-node", DRAIN)  # default 8, site 20: 24 left is enough
     assert not plan.break_glass
@@ -144,7 +146,7 @@ class _DrainsWhenRunning:
     """A capacity evaluator that drains gpu02 once the execution runs: the pool drops under
     the site floor between the plan made at start and the pre-check."""
 
-    def __init__(self, bot: Any, systems: Systems) -> None:
+    def __init__(self, bot: Service, systems: Systems) -> None:
         self.bot, self.systems, self.execution_id = bot, systems, 0
         self.inner = CapacityEvaluator(bot.inventory, systems.slurm,
                                        site_floors=bot.config.guards.min_free_gpus)
@@ -155,7 +157,7 @@ class _DrainsWhenRunning:
         return self.inner(check, deadline)
 
 
-def test_a_break_glass_pre_check_under_the_site_floor_fails(make_bot: Any) -> None:
+def test_a_break_glass_pre_check_under_the_site_floor_fails(make_bot: BotFactory) -> None:
     bot, systems = drain_bot(make_bot, guards={"min_free_gpus": {"slurm": 20}})
     shrinking = _DrainsWhenRunning(bot, systems)
     bot.checks = Checks({"capacity": shrinking, "slurm": SlurmEvaluator(systems.slurm)},

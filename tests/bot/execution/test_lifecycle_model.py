@@ -342,7 +342,7 @@ def test_lifecycle_on_postgres(postgres_server: postgres.PostgresServer) -> None
     from hypothesis.stateful import run_state_machine_as_test
 
     class OnPostgres(Lifecycle):
-        url_factory = staticmethod(  # type: ignore[assignment]
+        url_factory = staticmethod(
             lambda: postgres.fresh_database(postgres_server.url, f"m_{secrets.token_hex(5)}"))
 
     run_state_machine_as_test(OnPostgres, settings=settings(

@@ -11,7 +11,6 @@ scraping two exporters that report the same GPU: series that differ only in ``in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,26 +21,13 @@ from adapters.prometheus import (
     PrometheusUnavailable,
     Sample,
 )
+from adapters.prometheus.fake import FakePrometheus
 from bot.execution.checks.core import Checks, Outcome
 from bot.execution.checks.monitoring import MAX_SHOWN, PromqlEvaluator
 from bot.execution.planning import PlannedCheck
 from tests.adapters.monitoring import Daemon, MetricsServer, binaries, start_prometheus, wait_for
 
 XID = "DCGM_FI_DEV_XID_ERRORS"
-
-
-class FakePrometheus:
-    """Answers every instant query with ``answer`` (or raises it)."""
-
-    def __init__(self, answer: list[Sample] | Exception) -> None:
-        self.answer = answer
-        self.queries: list[str] = []
-
-    def query(self, promql: str, at: Any = None, *, timeout: float | None = None) -> list[Sample]:
-        self.queries.append(promql)
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return list(self.answer)
 
 
 def check(promql: str, expect: str = "== 0") -> PlannedCheck:
@@ -52,7 +38,7 @@ def check(promql: str, expect: str = "== 0") -> PlannedCheck:
 def evaluate(answer: list[Sample] | Exception | PrometheusApiBackend, promql: str = "q",
              expect: str = "== 0") -> Outcome:
     backend = answer if isinstance(answer, PrometheusApiBackend) else FakePrometheus(answer)
-    evaluator = PromqlEvaluator(backend)  # type: ignore[arg-type]
+    evaluator = PromqlEvaluator(backend)
     return Checks({"promql": evaluator}, sleep=lambda s: None).evaluate(check(promql, expect))
 
 

@@ -39,6 +39,7 @@ from bot.runtime.tasks import Task, engine_task
 from bot.store import audit
 from tests import postgres
 from tests.bot import fakes
+from tests.conftest import BotFactory
 
 
 @pytest.fixture(autouse=True)
@@ -361,8 +362,11 @@ def test_a_task_that_does_not_stop_in_time_is_named() -> None:
     switch = Switch(leading=True)
     release = threading.Event()
     lines: list[str] = []
-    leadership = Leadership(switch, [Task("engine", lambda stop: release.wait(10))],
-                            stop_timeout=0.1, log=lines.append)
+
+    def deaf(stop: threading.Event) -> None:  # ignores its stop
+        release.wait(10)
+
+    leadership = Leadership(switch, [Task("engine", deaf)], stop_timeout=0.1, log=lines.append)
     leadership.round()
     switch.leading = False
     leadership.round()
@@ -385,7 +389,7 @@ def gated_runbook() -> dict[str, Any]:
     }
 
 
-def test_engine_hands_over_at_the_step_boundary_and_resumes_on_gain(make_bot: Any) -> None:
+def test_engine_hands_over_at_the_step_boundary_and_resumes_on_gain(make_bot: BotFactory) -> None:
     """Leadership lost mid-step: that step ends, the next one is not started; the execution
     is let go and runs on (without repeating a step) when leadership comes back."""
     bot = make_bot({"demo": gated_runbook()})
@@ -421,7 +425,7 @@ def healthz(port: int) -> dict[str, Any]:
         return dict(json.loads(response.read()))
 
 
-def test_serve_runs_leader_tasks_only_while_leading(make_bot: Any) -> None:
+def test_serve_runs_leader_tasks_only_while_leading(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": {**gated_runbook(), "steps": gated_runbook()["steps"][:1]}},
                    leader_election={"retry_seconds": 0.05})
     with socket.socket() as sock:

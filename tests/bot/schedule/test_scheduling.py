@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import pytest
 import time_machine
@@ -23,13 +23,18 @@ from bot.execution.executions import find
 from bot.runtime.tasks import scheduler_task
 from bot.schedule import scheduling
 from bot.schedule.scheduler import Scheduler
+from bot.service import Service
 from bot.store import audit
 from bot.store.schema import apscheduler_jobs, scheduled_runs, schedules
+from bot.surfaces import schedule_text
 from kit.errors import Refused
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
+from tests.conftest import BotFactory
 
 T0 = datetime(2026, 3, 2, 1, 0, tzinfo=UTC)  # a Monday
+# What the clock fixture yields; a string, so that time-machine 2 (Coordinates) still imports.
+Clock: TypeAlias = "time_machine.Traveller"
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +43,7 @@ def _clean() -> None:
 
 
 @pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
+def clock() -> Iterator[Clock]:
     with time_machine.travel(T0, tick=False) as traveller:
         yield traveller
 
@@ -48,12 +53,12 @@ def medium(**extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def bot(make_bot: Any) -> Any:
+def bot(make_bot: BotFactory) -> Service:
     return make_bot({"demo": runbook([record("a", "{{ node }}")]), "maint": medium()})
 
 
 @contextmanager
-def running(bot: Any) -> Iterator[Scheduler]:
+def running(bot: Service) -> Iterator[Scheduler]:
     """One scheduler, started and settled (it has looked at what is due), then stopped."""
     lines: list[str] = []
     runner = Scheduler(bot, lines.append)
@@ -65,17 +70,17 @@ def running(bot: Any) -> Iterator[Scheduler]:
         runner.stop()
 
 
-def executions_of(bot: Any, runbook_name: str = "demo") -> list[Any]:
+def executions_of(bot: Service, runbook_name: str = "demo") -> list[Any]:
     with bot.db.connect() as conn:
         return list(reversed(find(conn, runbook=runbook_name)))
 
 
-def events(bot: Any, kind: str) -> list[dict[str, Any]]:
+def events(bot: Service, kind: str) -> list[dict[str, Any]]:
     with bot.db.connect() as conn:
         return [e for e in audit.events(conn) if e["kind"] == kind]
 
 
-def drive_all(bot: Any) -> None:
+def drive_all(bot: Service) -> None:
     engine = Engine(bot, sleep=lambda s: None)
     try:
         engine.run_pending(once=True)
@@ -83,12 +88,12 @@ def drive_all(bot: Any) -> None:
         engine.close()
 
 
-def count(bot: Any, table: Any) -> int:
+def count(bot: Service, table: Any) -> int:
     with bot.db.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
 
 
-def test_a_fire_time_runs_exactly_once_across_a_restart(bot: Any, clock: Any) -> None:
+def test_a_fire_time_runs_exactly_once_across_a_restart(bot: Service, clock: Clock) -> None:
     added = scheduling.add(bot, "demo", {"node": "gpu01"}, "alice", at="2026-03-02 02:00",
                            tz="UTC")
     with running(bot) as first:
@@ -111,8 +116,8 @@ def test_a_fire_time_runs_exactly_once_across_a_restart(bot: Any, clock: Any) ->
     assert count(bot, scheduled_runs) == 1
 
 
-def test_the_job_store_lives_in_the_bots_database(make_bot: Any, db_url: str,
-                                                  clock: Any) -> None:
+def test_the_job_store_lives_in_the_bots_database(make_bot: BotFactory, db_url: str,
+                                                  clock: Clock) -> None:
     """SQLite and PostgreSQL alike: the job outlives the scheduler, and fires once."""
     bot = make_bot({"demo": runbook([record("a", "{{ node }}")])}, url=db_url)
     scheduling.add(bot, "demo", {"node": "gpu01"}, "alice", cron="30 * * * *")
@@ -128,7 +133,7 @@ def test_the_job_store_lives_in_the_bots_database(make_bot: Any, db_url: str,
     assert count(bot, scheduled_runs) == 1
 
 
-def test_a_cron_schedule_fires_once_per_time_across_restarts(bot: Any, clock: Any) -> None:
+def test_a_cron_schedule_fires_once_per_time_across_restarts(bot: Service, clock: Clock) -> None:
     added = scheduling.add(bot, "demo", {"node": "gpu02"}, "alice", cron="30 * * * *")
     with running(bot):
         assert executions_of(bot) == []
@@ -149,7 +154,7 @@ def test_a_cron_schedule_fires_once_per_time_across_restarts(bot: Any, clock: An
     assert scheduling.get(bot, added.id).state == scheduling.ACTIVE
 
 
-def test_a_job_run_again_after_a_crash_requests_nothing_twice(bot: Any, clock: Any) -> None:
+def test_a_job_run_again_after_a_crash_requests_nothing_twice(bot: Service, clock: Clock) -> None:
     """APScheduler saves a job's next time only after handing it to its executor: a crash
     in between runs the job again after the restart. Its fire time is already dealt with."""
     added = scheduling.add(bot, "demo", {"node": "gpu01"}, "alice", cron="30 * * * *")
@@ -175,7 +180,7 @@ def test_a_job_run_again_after_a_crash_requests_nothing_twice(bot: Any, clock: A
     assert len(executions_of(bot)) == 1
 
 
-def test_a_fire_time_found_within_the_grace_runs_once(bot: Any, clock: Any) -> None:
+def test_a_fire_time_found_within_the_grace_runs_once(bot: Service, clock: Clock) -> None:
     scheduling.add(bot, "demo", {"node": "gpu01"}, "alice", at="2026-03-02 01:30")
     clock.move_to(T0 + timedelta(minutes=30 + 14))  # grace 15m (the default)
     with running(bot):
@@ -186,7 +191,7 @@ def test_a_fire_time_found_within_the_grace_runs_once(bot: Any, clock: Any) -> N
     assert events(bot, "schedule_missed") == []
 
 
-def test_a_fire_time_found_past_the_grace_is_reported_missed(bot: Any, clock: Any) -> None:
+def test_a_fire_time_found_past_the_grace_is_reported_missed(bot: Service, clock: Clock) -> None:
     added = scheduling.add(bot, "demo", {"node": "gpu01"}, "alice", at="2026-03-02 01:30")
     clock.move_to(T0 + timedelta(minutes=30 + 16))
     with running(bot) as runner:
@@ -198,13 +203,13 @@ def test_a_fire_time_found_past_the_grace_is_reported_missed(bot: Any, clock: An
     assert missed[0]["data"]["late_by_seconds"] == 16 * 60
     found = scheduling.get(bot, added.id)
     assert found.state == scheduling.MISSED and found.missed == 1
-    assert "MISSED 1" in scheduling.line(bot, found)
+    assert "MISSED 1" in schedule_text.schedule_line(bot, found)
     with running(bot):  # reported once, not again at the next start
         pass
     assert len(events(bot, "schedule_missed")) == 1
 
 
-def test_the_grace_is_configurable(make_bot: Any, clock: Any) -> None:
+def test_the_grace_is_configurable(make_bot: BotFactory, clock: Clock) -> None:
     bot = make_bot({"demo": runbook([record("a", "{{ node }}")])},
                    scheduling={"misfire_grace": "1h"})
     scheduling.add(bot, "demo", {"node": "gpu01"}, "alice", at="2026-03-02 01:30")
@@ -214,7 +219,8 @@ def test_the_grace_is_configurable(make_bot: Any, clock: Any) -> None:
     assert len(executions_of(bot)) == 1
 
 
-def test_coalesced_fire_times_run_once_and_the_rest_are_reported(bot: Any, clock: Any) -> None:
+def test_coalesced_fire_times_run_once_and_the_rest_are_reported(bot: Service,
+                                                                  clock: Clock) -> None:
     added = scheduling.add(bot, "demo", {"node": "gpu01"}, "alice", cron="0 * * * *")
     with running(bot):
         pass
@@ -231,7 +237,7 @@ def test_coalesced_fire_times_run_once_and_the_rest_are_reported(bot: Any, clock
     assert scheduling.get(bot, added.id).missed == 3
 
 
-def test_the_latest_coalesced_time_past_the_grace_is_missed_too(bot: Any, clock: Any) -> None:
+def test_the_latest_coalesced_time_past_the_grace_is_missed_too(bot: Service, clock: Clock) -> None:
     scheduling.add(bot, "demo", {"node": "gpu01"}, "alice", cron="0 * * * *")
     with running(bot):
         pass
@@ -246,8 +252,8 @@ def test_the_latest_coalesced_time_past_the_grace_is_missed_too(bot: Any, clock:
 # --- approvals ----------------------------------------------------------------------------
 
 
-def test_approved_ahead_runs_approved_with_the_approvers_recorded(bot: Any,
-                                                                   clock: Any) -> None:
+def test_approved_ahead_runs_approved_with_the_approvers_recorded(bot: Service,
+                                                                   clock: Clock) -> None:
     added = scheduling.add(bot, "maint", {"node": "gpu01"}, "carol", at="2026-03-02 01:30",
                            approve="ahead")
     with pytest.raises(Refused, match="carol added the schedule and may not approve it too"):
@@ -274,7 +280,7 @@ def test_approved_ahead_runs_approved_with_the_approvers_recorded(bot: Any,
     assert started[0]["data"]["approved_by"] == ["dave"]
 
 
-def test_a_changed_plan_does_not_run_unattended(bot: Any, clock: Any) -> None:
+def test_a_changed_plan_does_not_run_unattended(bot: Service, clock: Clock) -> None:
     added = scheduling.add(bot, "maint", {"node": "gpu01"}, "alice", at="2026-03-02 01:30",
                            approve="ahead")
     scheduling.approve(bot, added.id, "carol")
@@ -301,7 +307,7 @@ def test_a_changed_plan_does_not_run_unattended(bot: Any, clock: Any) -> None:
     assert fakes.JOURNAL == []
 
 
-def test_without_approvals_ahead_the_run_asks_when_it_fires(bot: Any, clock: Any) -> None:
+def test_without_approvals_ahead_the_run_asks_when_it_fires(bot: Service, clock: Clock) -> None:
     scheduling.add(bot, "maint", {"node": "gpu01"}, "alice", at="2026-03-02 01:30")
     clock.move_to(T0 + timedelta(minutes=31))
     with running(bot):
@@ -311,7 +317,7 @@ def test_without_approvals_ahead_the_run_asks_when_it_fires(bot: Any, clock: Any
     assert bot.approve(ex.id, "carol").state == "approved"
 
 
-def test_approving_ahead_binds_to_the_plan_of_now(bot: Any, clock: Any) -> None:
+def test_approving_ahead_binds_to_the_plan_of_now(bot: Service, clock: Clock) -> None:
     added = scheduling.add(bot, "maint", {"node": "gpu01"}, "alice", cron="0 2 * * *",
                            approve="ahead")
     scheduling.approve(bot, added.id, "carol")
@@ -350,7 +356,7 @@ def test_approving_ahead_binds_to_the_plan_of_now(bot: Any, clock: Any) -> None:
     ("demo", {"node": "gpu01"}, {"cron": "0 2 * * *", "approve": "maybe"}, "approve=ahead"),
 ])
 def test_bad_input_is_refused_and_nothing_is_stored(
-        bot: Any, clock: Any, runbook_name: str, params: dict[str, str],
+        bot: Service, clock: Clock, runbook_name: str, params: dict[str, str],
         timing: dict[str, str], message: str) -> None:
     with pytest.raises(Refused, match=re.escape(message)):
         scheduling.add(bot, runbook_name, params, "alice", **timing)
@@ -361,7 +367,7 @@ def test_bad_input_is_refused_and_nothing_is_stored(
     assert message in refused["data"]["reason"]
 
 
-def test_only_requesters_may_schedule(bot: Any, clock: Any) -> None:
+def test_only_requesters_may_schedule(bot: Service, clock: Clock) -> None:
     with pytest.raises(Refused, match="eve may not request runbooks"):
         scheduling.add(bot, "demo", {"node": "gpu01"}, "eve", cron="0 2 * * *")
     assert count(bot, schedules) == 0
@@ -374,13 +380,13 @@ def test_only_requesters_may_schedule(bot: Any, clock: Any) -> None:
     ("0 2 * * SAT", datetime(2026, 3, 7, 2, 0, tzinfo=UTC)),
     ("0 2 * * */3", datetime(2026, 3, 4, 2, 0, tzinfo=UTC)),  # sun, wed, sat
 ])
-def test_weekdays_are_read_as_crontab_reads_them(bot: Any, clock: Any, expr: str,
+def test_weekdays_are_read_as_crontab_reads_them(bot: Service, clock: Clock, expr: str,
                                                  expected: datetime) -> None:
     added = scheduling.add(bot, "demo", {"node": "gpu01"}, "alice", cron=expr, tz="UTC")
     assert scheduling.next_fire(added) == expected
 
 
-def test_a_time_zone_moves_the_fire_time(bot: Any, clock: Any) -> None:
+def test_a_time_zone_moves_the_fire_time(bot: Service, clock: Clock) -> None:
     added = scheduling.add(bot, "demo", {"node": "gpu01"}, "alice", cron="0 2 * * SAT",
                            tz="Europe/Istanbul")  # UTC+3
     assert scheduling.next_fire(added) == datetime(2026, 3, 6, 23, 0, tzinfo=UTC)
@@ -392,7 +398,7 @@ def test_a_time_zone_moves_the_fire_time(bot: Any, clock: Any) -> None:
 # --- pause, resume, remove; the configuration's schedules; the leader ---------------------
 
 
-def test_pause_resume_and_remove(bot: Any, clock: Any) -> None:
+def test_pause_resume_and_remove(bot: Service, clock: Clock) -> None:
     added = scheduling.add(bot, "demo", {"node": "gpu01"}, "alice", cron="30 * * * *")
     job = f"schedule:{added.id}:1"
     with pytest.raises(Refused, match="bob may not pause schedule"):
@@ -417,7 +423,7 @@ def test_pause_resume_and_remove(bot: Any, clock: Any) -> None:
     assert [e["kind"] for e in events(bot, "schedule_paused")] == ["schedule_paused"]
 
 
-def test_scheduling_from_the_configuration(make_bot: Any, clock: Any) -> None:
+def test_scheduling_from_the_configuration(make_bot: BotFactory, clock: Clock) -> None:
     entry = {"name": "weekly", "runbook": "demo", "params": {"node": "gpu03"},
              "cron": "0 8 * * MON", "tz": "UTC", "requested_by": "bot"}
     bot = make_bot({"demo": runbook([record("a", "{{ node }}")])}, schedules=[entry])
@@ -446,8 +452,8 @@ def test_scheduling_from_the_configuration(make_bot: Any, clock: Any) -> None:
         assert runner.jobs() == {}
 
 
-def test_a_wrong_configured_schedule_is_reported_and_left_out(make_bot: Any,
-                                                             clock: Any) -> None:
+def test_a_wrong_configured_schedule_is_reported_and_left_out(make_bot: BotFactory,
+                                                             clock: Clock) -> None:
     entry = {"name": "broken", "runbook": "demo", "params": {"node": "gpu42"},
              "cron": "0 8 * * MON"}
     bot = make_bot({"demo": runbook([record("a", "{{ node }}")])}, schedules=[entry])
@@ -459,7 +465,7 @@ def test_a_wrong_configured_schedule_is_reported_and_left_out(make_bot: Any,
     assert count(bot, schedules) == 0
 
 
-def test_the_scheduler_is_a_leader_only_task_that_stops(bot: Any) -> None:
+def test_the_scheduler_is_a_leader_only_task_that_stops(bot: Service) -> None:
     import threading
 
     task = scheduler_task(bot)
@@ -472,7 +478,7 @@ def test_the_scheduler_is_a_leader_only_task_that_stops(bot: Any) -> None:
     assert not thread.is_alive()
 
 
-def test_a_paused_schedule_that_fires_anyway_is_skipped(bot: Any, clock: Any) -> None:
+def test_a_paused_schedule_that_fires_anyway_is_skipped(bot: Service, clock: Clock) -> None:
     """The leader notices a pause at its next poll; a fire in between is skipped."""
     added = scheduling.add(bot, "demo", {"node": "gpu01"}, "alice", cron="30 * * * *")
     scheduling.steer(bot, added.id, "alice", "pause")
@@ -481,7 +487,7 @@ def test_a_paused_schedule_that_fires_anyway_is_skipped(bot: Any, clock: Any) ->
     assert executions_of(bot) == []
 
 
-def test_a_refused_run_is_recorded_once(bot: Any, clock: Any) -> None:
+def test_a_refused_run_is_recorded_once(bot: Service, clock: Clock) -> None:
     added = scheduling.add(bot, "demo", {"node": "gpu01"}, "alice", at="2026-03-02 01:30")
     with bot.db.begin() as conn:  # alice is no longer a requester by then
         conn.execute(update(schedules).values(created_by="eve"))

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import pytest
 import time_machine
@@ -25,6 +25,7 @@ from bot.execution.engine import Engine
 from bot.runbooks.catalogue import Catalogue
 from bot.schedule import windows
 from bot.schedule.scheduler import Scheduler
+from bot.service import Service
 from bot.store import audit
 from bot.store.schema import locks as locks_table
 from bot.store.schema import maintenance_windows
@@ -32,9 +33,12 @@ from kit.errors import Refused
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
 from tests.bot.schedule.windowfakes import Systems
+from tests.conftest import BotFactory
 
 RUNBOOKS = Path(__file__).resolve().parents[3] / "runbooks"
 T0 = datetime(2026, 3, 2, 1, 0, tzinfo=UTC)
+# What the clock fixture yields; a string, so that time-machine 2 (Coordinates) still imports.
+Clock: TypeAlias = "time_machine.Traveller"
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +57,7 @@ def strict(**extra: Any) -> dict[str, Any]:
                    windows="required", **extra)
 
 
-def window_bot(make_bot: Any, systems: Systems, url: str | None = None) -> Any:
+def window_bot(make_bot: BotFactory, systems: Systems, url: str | None = None) -> Service:
     made = make_bot({
         "open-window": (RUNBOOKS / "open-window.yaml").read_text(),
         "close-window": (RUNBOOKS / "close-window.yaml").read_text(),
@@ -72,17 +76,17 @@ def window_bot(make_bot: Any, systems: Systems, url: str | None = None) -> Any:
 
 
 @pytest.fixture
-def bot(make_bot: Any, systems: Systems) -> Any:
+def bot(make_bot: BotFactory, systems: Systems) -> Service:
     return window_bot(make_bot, systems)
 
 
 @pytest.fixture
-def any_bot(make_bot: Any, systems: Systems, db_url: str) -> Any:
+def any_bot(make_bot: BotFactory, systems: Systems, db_url: str) -> Service:
     """The same bot on each database the store supports."""
     return window_bot(make_bot, systems, db_url)
 
 
-def drive(bot: Any) -> None:
+def drive(bot: Service) -> None:
     """Advance windows and run what is runnable until nothing moves."""
     engine = Engine(bot, sleep=lambda s: None)
     try:
@@ -95,24 +99,24 @@ def drive(bot: Any) -> None:
         engine.close()
 
 
-def kinds(bot: Any) -> list[str]:
+def kinds(bot: Service) -> list[str]:
     with bot.db.connect() as conn:
         return [e["kind"] for e in audit.events(conn)]
 
 
-def stored(bot: Any) -> int:
+def stored(bot: Service) -> int:
     with bot.db.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(maintenance_windows))
                    .scalar_one())
 
 
-def create(bot: Any, runbooks: str = "", user: str = "alice", start: str = "2030-01-01 02:00",
+def create(bot: Service, runbooks: str = "", user: str = "alice", start: str = "2030-01-01 02:00",
            nodes: str = "gpu[03-04]") -> windows.Window:
     return windows.create(bot, nodes, user, start=start, duration="2h", runbooks=runbooks,
                           reason="firmware update")
 
 
-def test_a_window_opens_runs_its_runbooks_and_closes(bot: Any, systems: Systems) -> None:
+def test_a_window_opens_runs_its_runbooks_and_closes(bot: Service, systems: Systems) -> None:
     window = create(bot, runbooks="demo node=gpu03; strict node=gpu04")
     assert window.state == windows.SCHEDULED
     assert [p["runbook"] for p in window.plans] == ["open-window", "demo", "strict"]
@@ -139,6 +143,7 @@ def test_a_window_opens_runs_its_runbooks_and_closes(bot: Any, systems: Systems)
     assert systems.alertmanager.active() == []
     assert window.report is not None
     assert "demo node=gpu03 (execution" in window.report and "succeeded" in window.report
+    assert window.close_execution_id is not None
     close = bot.get(window.close_execution_id)
     assert close.state == "succeeded" and close.runbook == "close-window"
     for kind in ("window_created", "window_approved", "window_opening", "window_opened",
@@ -147,7 +152,7 @@ def test_a_window_opens_runs_its_runbooks_and_closes(bot: Any, systems: Systems)
     assert audit.verify(bot.db).ok
 
 
-def test_a_node_cordoned_before_the_window_stays_cordoned(bot: Any, systems: Systems) -> None:
+def test_a_node_cordoned_before_the_window_stays_cordoned(bot: Service, systems: Systems) -> None:
     systems.kubernetes.patch_node("gpu04", {"spec": {"unschedulable": True}})
     window = create(bot)
     windows.approve(bot, window.id, "carol")
@@ -161,13 +166,13 @@ def test_a_node_cordoned_before_the_window_stays_cordoned(bot: Any, systems: Sys
     assert systems.cordoned() == {"gpu04": None}  # still the other person's cordon
 
 
-def test_without_approvals_ahead_opening_waits_for_approval(bot: Any,
+def test_without_approvals_ahead_opening_waits_for_approval(bot: Service,
                                                             systems: Systems) -> None:
     window = create(bot)
     windows.fire_open(bot, window.id)
     drive(bot)
     window = windows.get(bot, window.id)
-    assert window.state == windows.OPENING
+    assert window.state == windows.OPENING and window.open_execution_id is not None
     assert bot.get(window.open_execution_id).state == "awaiting_approval"
     assert systems.slurm.reserved == {}
     bot.approve(window.open_execution_id, "dave")
@@ -175,14 +180,14 @@ def test_without_approvals_ahead_opening_waits_for_approval(bot: Any,
     assert windows.get(bot, window.id).state == windows.OPEN
 
 
-def test_a_changed_plan_does_not_open_unattended(bot: Any, systems: Systems) -> None:
+def test_a_changed_plan_does_not_open_unattended(bot: Service, systems: Systems) -> None:
     window = create(bot, runbooks="demo node=gpu03")
     windows.approve(bot, window.id, "carol")
     bot.inventory = replace(bot.inventory, kubernetes=frozenset())  # gpu04 left Kubernetes
     windows.fire_open(bot, window.id)
     drive(bot)
     window = windows.get(bot, window.id)
-    assert window.state == windows.OPENING
+    assert window.state == windows.OPENING and window.open_execution_id is not None
     opening = bot.get(window.open_execution_id)
     assert opening.state == "awaiting_approval"
     assert bot.approvals(opening.id) == []
@@ -190,7 +195,7 @@ def test_a_changed_plan_does_not_open_unattended(bot: Any, systems: Systems) -> 
     assert systems.slurm.reserved == {} and fakes.JOURNAL == []
 
 
-def test_the_approver_rules_apply_to_approvals_ahead(bot: Any) -> None:
+def test_the_approver_rules_apply_to_approvals_ahead(bot: Service) -> None:
     window = create(bot, user="carol")
     with pytest.raises(Refused, match="carol created the window and may not approve"):
         windows.approve(bot, window.id, "carol")
@@ -201,7 +206,7 @@ def test_the_approver_rules_apply_to_approvals_ahead(bot: Any) -> None:
         windows.approve(bot, window.id, "dave")
 
 
-def test_windows_required_costs_one_approval_outside_a_window(bot: Any,
+def test_windows_required_costs_one_approval_outside_a_window(bot: Service,
                                                               systems: Systems) -> None:
     outside = bot.plan("strict", {"node": "gpu04"})
     assert outside.outside_window and outside.approval.required == 2
@@ -222,7 +227,7 @@ def test_windows_required_costs_one_approval_outside_a_window(bot: Any,
     assert bot.plan("strict", {"node": "gpu04"}).outside_window
 
 
-def test_a_plain_plan_keeps_its_hash(bot: Any) -> None:
+def test_a_plain_plan_keeps_its_hash(bot: Service) -> None:
     """outside_window is left out of a plan's hash unless set: other plans do not change."""
     plan = bot.plan("demo", {"node": "gpu01"})
     assert "outside_window" not in plan.body()
@@ -240,7 +245,7 @@ def test_a_plain_plan_keeps_its_hash(bot: Any) -> None:
     ("gpu03", "2030-01-01 02:00", "2h", "demo node=gpu03 x=1", 'unknown parameter "x"'),
     ("gpu03", "2030-01-01 02:00", "2h", "open-window window=1", "what the window itself runs"),
 ])
-def test_bad_input_is_refused_and_nothing_is_stored(bot: Any, nodes: str, start: str,
+def test_bad_input_is_refused_and_nothing_is_stored(bot: Service, nodes: str, start: str,
                                                     duration: str, runbooks: str,
                                                     message: str) -> None:
     with pytest.raises(Refused, match=message):
@@ -249,14 +254,14 @@ def test_bad_input_is_refused_and_nothing_is_stored(bot: Any, nodes: str, start:
     assert "window_refused" in kinds(bot)
 
 
-def test_a_bad_reason_is_refused_by_the_open_plan_and_nothing_is_stored(bot: Any) -> None:
+def test_a_bad_reason_is_refused_by_the_open_plan_and_nothing_is_stored(bot: Service) -> None:
     with pytest.raises(Refused, match="reason"):
         windows.create(bot, "gpu03", "alice", start="2030-01-01 02:00", duration="2h",
                        reason="x; rm -rf /")
     assert stored(bot) == 0
 
 
-def test_cancel_before_it_opens(bot: Any, systems: Systems) -> None:
+def test_cancel_before_it_opens(bot: Service, systems: Systems) -> None:
     window = create(bot)
     with pytest.raises(Refused, match="bob may not cancel window"):
         windows.cancel(bot, window.id, "bob")
@@ -265,7 +270,7 @@ def test_cancel_before_it_opens(bot: Any, systems: Systems) -> None:
     assert systems.slurm.reserved == {}
 
 
-def test_a_failed_inside_run_stops_the_rest(bot: Any, systems: Systems) -> None:
+def test_a_failed_inside_run_stops_the_rest(bot: Service, systems: Systems) -> None:
     fakes.FAILURES["gpu03"] = 5
     window = create(bot, runbooks="flaky node=gpu03; demo node=gpu04")
     windows.approve(bot, window.id, "carol")
@@ -286,13 +291,13 @@ def test_a_failed_inside_run_stops_the_rest(bot: Any, systems: Systems) -> None:
 
 
 @pytest.fixture
-def clock() -> Iterator[time_machine.Coordinates]:
+def clock() -> Iterator[Clock]:
     with time_machine.travel(T0, tick=False) as traveller:
         yield traveller
 
 
-def test_the_scheduler_opens_and_closes_a_window(bot: Any, systems: Systems,
-                                                 clock: Any) -> None:
+def test_the_scheduler_opens_and_closes_a_window(bot: Service, systems: Systems,
+                                                 clock: Clock) -> None:
     window = create(bot, start="2026-03-02 02:00", runbooks="demo node=gpu03")
     windows.approve(bot, window.id, "carol")
     runner = Scheduler(bot)
@@ -320,8 +325,8 @@ def test_the_scheduler_opens_and_closes_a_window(bot: Any, systems: Systems,
     assert fakes.JOURNAL == [("test.record", "gpu03")]
 
 
-def test_a_start_found_past_the_grace_is_missed(bot: Any, systems: Systems,
-                                                clock: Any) -> None:
+def test_a_start_found_past_the_grace_is_missed(bot: Service, systems: Systems,
+                                                clock: Clock) -> None:
     window = create(bot, start="2026-03-02 02:00")
     windows.approve(bot, window.id, "carol")
     clock.move_to(T0 + timedelta(hours=1, minutes=20))  # the bot was down at 02:00
@@ -338,7 +343,7 @@ def test_a_start_found_past_the_grace_is_missed(bot: Any, systems: Systems,
     assert "window_missed" in kinds(bot)
 
 
-def test_an_end_is_dealt_with_however_late(bot: Any, systems: Systems, clock: Any) -> None:
+def test_an_end_is_dealt_with_however_late(bot: Service, systems: Systems, clock: Clock) -> None:
     window = create(bot, start="2026-03-02 02:00")
     windows.approve(bot, window.id, "carol")
     clock.move_to(T0 + timedelta(hours=1, minutes=1))
@@ -365,7 +370,7 @@ def test_an_end_is_dealt_with_however_late(bot: Any, systems: Systems, clock: An
 # --- a window holds its nodes -----------------------------------------------------------------
 
 
-def held_locks(bot: Any) -> dict[str, int]:
+def held_locks(bot: Service) -> dict[str, int]:
     with bot.db.connect() as conn:
         return {row.name: row.execution_id for row in conn.execute(select(locks_table))}
 

@@ -13,13 +13,16 @@ import pytest
 from sqlalchemy import Engine, text
 
 from bot.store import audit, db
+from bot.store.words import Kind
 from kit.canonical import canonical
+from tests import postgres
 
 
 def fill(engine: Engine, count: int) -> None:
     for number in range(count):
         with engine.begin() as conn:
-            audit.append(conn, "note", "alice", {"n": number, "text": "ünïcode"}, execution_id=7)
+            audit.append(conn, Kind.REQUESTED, "alice", {"n": number, "text": "ünïcode"},
+                         execution_id=7)
 
 
 def test_chain_verifies(db_url: str) -> None:
@@ -131,7 +134,7 @@ def test_concurrent_writers_keep_one_chain(db_url: str) -> None:
             worker_engine = db.connect(db_url, migrate=False)  # its own pool, like a process
             for number in range(25):
                 with worker_engine.begin() as conn:
-                    audit.append(conn, "note", name, {"n": number})
+                    audit.append(conn, Kind.REQUESTED, name, {"n": number})
             worker_engine.dispose()
         except BaseException as exc:
             errors.append(exc)
@@ -158,14 +161,12 @@ def test_export_jsonl_and_csv_with_window(sqlite_url: str) -> None:
         out = io.StringIO()
         assert audit.export(audit.events(conn, until=stamps[1]), out, "csv") == 1
         rows = list(csv.DictReader(io.StringIO(out.getvalue())))
-        assert rows[0]["kind"] == "note" and json.loads(rows[0]["data"])["n"] == 0
+        assert rows[0]["kind"] == "requested" and json.loads(rows[0]["data"])["n"] == 0
 
 
 @pytest.mark.postgres
-def test_migrations_reach_head_on_postgres(postgres_server: object) -> None:
-    from tests import postgres
-
-    url = postgres.fresh_database(postgres_server.url, "migrations_check")  # type: ignore[attr-defined]
+def test_migrations_reach_head_on_postgres(postgres_server: postgres.PostgresServer) -> None:
+    url = postgres.fresh_database(postgres_server.url, "migrations_check")
     engine = db.connect(url)
     assert db.current_revision(engine) == db.HEAD_REVISION
     db.upgrade(engine)  # a second time is a no-op

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import pytest
 
@@ -13,6 +12,7 @@ from bot.store import audit
 from kit.errors import Refused
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
+from tests.conftest import BotFactory
 
 
 @pytest.fixture(autouse=True)
@@ -20,7 +20,7 @@ def _clean() -> None:
     fakes.reset()
 
 
-def test_full_path(make_bot: Any, db_url: str) -> None:
+def test_full_path(make_bot: BotFactory, db_url: str) -> None:
     bot = make_bot({"demo": runbook([record("a", "a"), record("b", "b")], risk="high")},
                    url=db_url)
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
@@ -38,7 +38,7 @@ def test_full_path(make_bot: Any, db_url: str) -> None:
                      "step_finished", "step_started", "step_finished", "finished"]
 
 
-def test_concurrent_requests_for_one_lock(make_bot: Any, db_url: str) -> None:
+def test_concurrent_requests_for_one_lock(make_bot: BotFactory, db_url: str) -> None:
     bot = make_bot({"demo": runbook([record("a", "a")], risk="medium")}, url=db_url)
     bot.runbooks()
     outcomes: list[str] = []

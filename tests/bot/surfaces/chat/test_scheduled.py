@@ -5,27 +5,30 @@ what to fix; windows created, approved, shown and cancelled."""
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 import time_machine
 
 from bot.runbooks.catalogue import Catalogue
 from bot.schedule import scheduling, windows
+from bot.service import Service
 from bot.surfaces import cli
 from bot.surfaces.chat import commands
+from bot.surfaces.chat.reply import Reply
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
 from tests.bot.schedule.windowfakes import Systems
+from tests.conftest import BotFactory
 
 RUNBOOKS = Path(__file__).resolve().parents[4] / "runbooks"
 
 
 @pytest.fixture
-def bot(make_bot: Any) -> Any:
+def bot(make_bot: BotFactory) -> Service:
     fakes.reset()
     made = make_bot({
         "demo": runbook([record("a", "{{ node }}")], risk="medium"),
@@ -38,22 +41,22 @@ def bot(make_bot: Any) -> Any:
 
 
 @pytest.fixture(autouse=True)
-def clock() -> Any:
+def clock() -> Iterator[time_machine.Traveller]:
     with time_machine.travel(datetime(2026, 3, 2, 1, 0, tzinfo=UTC), tick=False) as traveller:
         yield traveller
 
 
-def say(bot: Any, line: str, user: str = "alice") -> commands.Reply:
+def say(bot: Service, line: str, user: str = "alice") -> Reply:
     return commands.handle(bot, line, user)
 
 
-def test_help_names_the_new_verbs(bot: Any) -> None:
+def test_help_names_the_new_verbs(bot: Service) -> None:
     text = say(bot, "help").text
     assert 'schedule add NAME key=value... cron="0 2 * * SAT"' in text
     assert "window create NODES" in text
 
 
-def test_schedule_add_list_approve_pause(bot: Any) -> None:
+def test_schedule_add_list_approve_pause(bot: Service) -> None:
     reply = say(bot, 'schedule add demo node=gpu02 cron="0 2 * * SAT" tz=Europe/Istanbul '
                      "approve=ahead")
     assert reply.ok, reply.text
@@ -91,7 +94,7 @@ def test_schedule_add_list_approve_pause(bot: Any) -> None:
     ("window show 3", "there is no maintenance window 3"),
     ('window create gpu[02-09] start=now duration=2h', "not known node"),
 ])
-def test_helpful_refusals(bot: Any, line: str, expected: str) -> None:
+def test_helpful_refusals(bot: Service, line: str, expected: str) -> None:
     reply = say(bot, line)
     assert not reply.ok
     assert expected in reply.text
@@ -99,7 +102,7 @@ def test_helpful_refusals(bot: Any, line: str, expected: str) -> None:
     assert windows.listing(bot, everything=True) == []
 
 
-def test_window_create_approve_show_cancel(bot: Any) -> None:
+def test_window_create_approve_show_cancel(bot: Service) -> None:
     reply = say(bot, 'window create gpu[02-03] start="2026-03-02 04:00" duration=3h '
                      'reason="firmware update" runbooks="demo node=gpu02"')
     assert reply.ok, reply.text
@@ -118,7 +121,7 @@ def test_window_create_approve_show_cancel(bot: Any) -> None:
     assert say(bot, "window list").text == "no maintenance windows"
 
 
-def test_the_command_line_answers_the_same(bot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_command_line_answers_the_same(bot: Service, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli, "_bot", lambda args: bot)
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):

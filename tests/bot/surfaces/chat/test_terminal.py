@@ -8,29 +8,30 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from bot.service import Service
 from bot.surfaces.chat import commands
 from bot.surfaces.chat.terminal import run_chat
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
+from tests.conftest import BotFactory
 
 
 @pytest.fixture
-def bot(make_bot: Any) -> Any:
+def bot(make_bot: BotFactory) -> Service:
     fakes.reset()
     return make_bot({"demo": runbook([record("a", "{{ node }}")], risk="medium")})
 
 
-def chat(bot: Any, script: str, user: str = "alice") -> tuple[int, str]:
+def chat(bot: Service, script: str, user: str = "alice") -> tuple[int, str]:
     out = io.StringIO()
     code = run_chat(bot, user, lines=script.splitlines(), out=out)
     return code, out.getvalue()
 
 
-def test_request_then_approval_by_another_person(bot: Any) -> None:
+def test_request_then_approval_by_another_person(bot: Service) -> None:
     code, text = chat(bot, """
         run demo node=gpu02
         /as bob
@@ -56,18 +57,18 @@ def test_request_then_approval_by_another_person(bot: Any) -> None:
     ("node gpu9", "did you mean"),
     ("", "runbook commands:"),
 ])
-def test_helpful_answers(bot: Any, line: str, expected: str) -> None:
+def test_helpful_answers(bot: Service, line: str, expected: str) -> None:
     assert expected in commands.handle(bot, line, "alice").text
 
 
-def test_plan_and_describe_and_history(bot: Any) -> None:
+def test_plan_and_describe_and_history(bot: Service) -> None:
     assert "plan hash:" in commands.handle(bot, 'plan demo node=gpu03', "alice").text
     assert "demo 1.0.0 (risk medium)" in commands.handle(bot, "describe demo", "alice").text
     commands.handle(bot, "run demo node=gpu03", "alice")
     assert "demo awaiting_approval" in commands.handle(bot, "history node=gpu03", "bob").text
 
 
-def test_as_refused_without_lab(make_bot: Any) -> None:
+def test_as_refused_without_lab(make_bot: BotFactory) -> None:
     fakes.reset()
     bot = make_bot({"demo": runbook([record("a", "a")])}, lab=False)
     _, text = chat(bot, "/as carol\n")

@@ -102,6 +102,7 @@ class SlackClientSide:
         ts = str(int(time.time()) if timestamp is None else timestamp)
         signature = SignatureVerifier(secret or self.secret).generate_signature(
             timestamp=ts, body=body)
+        assert signature is not None  # None only when there is no timestamp
         request = urllib.request.Request(self.events_url, data=body.encode(), method="POST",
                                          headers={"Content-Type":
                                                   "application/x-www-form-urlencoded",

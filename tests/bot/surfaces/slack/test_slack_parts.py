@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import pytest
 
 from bot.config import Config, SlackConfig, load_config
+from bot.service import Service
 from bot.surfaces.slack import blocks, deliveries
 from bot.surfaces.slack.app import Listeners
 from bot.surfaces.slack.identity import Identities
 from bot.surfaces.slack.secrets import SlackSetupError, load
 from tests.conftest import BotFactory
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 RUNBOOK = {
     "name": "drain", "version": "1.0.0", "summary": "drain a node", "risk": "medium",
@@ -95,14 +101,18 @@ class FakeClient:
         return {"users": {"S0LEADS": ["U0ERIN"]}.get(usergroup, [])}
 
 
-class Inline:
-    def submit(self, work: Any, *args: Any) -> None:
-        work(*args)
+class Inline(Executor):
+    """Does the work at once, in the caller's thread (its exceptions reach the caller)."""
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        done: Future[T] = Future()
+        done.set_result(fn(*args, **kwargs))
+        return done
 
 
-def listeners_for(config: Config, bot: Any) -> tuple[Listeners, FakeClient]:
+def listeners_for(config: Config, bot: Service) -> tuple[Listeners, FakeClient]:
     client = FakeClient()
-    return Listeners(bot, client, Identities(config, client), Inline(),  # type: ignore[arg-type]
+    return Listeners(bot, client, Identities(config, client), Inline(),
                      lambda: None), client
 
 

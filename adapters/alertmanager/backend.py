@@ -1,61 +1,22 @@
-"""Alertmanager: list alerts, create, find and expire silences (HTTP API v2), and the
-``alertmanager.silence`` / ``alertmanager.expire_silence`` actions.
+"""Talking to Alertmanager: records (``Alert``, ``Silence``, ``Matcher``), the
+``AlertmanagerBackend`` protocol and its implementation over the HTTP API v2.
 
-Plain HTTP with the standard library (imported on first use): the API is four calls.
-Filters and matchers use Alertmanager's matcher syntax, ``name="value"``, with values
-escaped like PromQL strings (``adapters.prometheus.promql.escape_label_value``).
-
-Idempotency. ``alertmanager.silence`` first looks for an *active* silence whose matchers
-are exactly the requested ones and whose creator is the requested ``created_by``
-(``gpu-runbook-bot`` by default). When that silence already lasts long enough (until
-now + duration, less a slack of 10% of the duration, at most 5 minutes, so a step
-repeated after a crash reuses it) it is reused and nothing changes; when it ends too
-early it is extended (Alertmanager keeps the ID where it can). Only otherwise is a new
-silence created. ``alertmanager.expire_silence`` expires the silences with exactly the
-given matchers (or one ID); none is a no-op.
+Plain HTTP with the standard library, imported on first use: the API is four calls. Matcher
+values are always escaped like PromQL strings (``promql.escape_label_value``).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shlex
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Protocol
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from adapters.actions import Action, ActionContext, ActionError, ActionResult, StrictArguments
-from adapters.prometheus.promql import (
-    check_label_name,
-    escape_label_value,
-    format_seconds,
-    parse_seconds,
-)
-
-BOT_AUTHOR = "gpu-runbook-bot"
-MAX_SILENCE = 30 * 86400.0  # seconds; longer silences are a policy question, not a step
-_URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
-
-
-class AlertmanagerConfig(BaseModel):
-    """Where Alertmanager answers. ``timeout`` bounds each HTTP request, in seconds;
-    ``headers`` go with every request (e.g. ``Authorization`` for a proxy)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    url: str  # e.g. http://alertmanager:9093
-    timeout: float = Field(default=10.0, gt=0)
-    headers: dict[str, str] | None = None
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        if not _URL.match(value):
-            raise ValueError(f"{value!r} is not a URL like http://alertmanager:9093")
-        return value.rstrip("/")
+from adapters.actions import ActionError
+from adapters.alertmanager.config import AlertmanagerConfig
+from adapters.prometheus.promql import check_label_name, escape_label_value
 
 
 class AlertmanagerError(ActionError):
@@ -361,193 +322,3 @@ def _silence(item: dict[str, Any]) -> Silence:
         ends_at=parse_time(item["endsAt"]), created_by=str(item.get("createdBy", "")),
         comment=str(item.get("comment", "")), state=str((item.get("status") or {}).get("state")),
         updated_at=parse_time(updated) if updated else None)
-
-
-# --- actions --------------------------------------------------------------------------
-
-def _seconds(value: Any) -> Any:
-    return parse_seconds(value) if isinstance(value, str | int | float) else value
-
-
-def _check_matchers(value: dict[str, str]) -> dict[str, str]:
-    for name in value:
-        check_label_name(name)
-    if not any(value.values()):
-        raise ValueError("at least one matcher needs a non-empty value (a silence of "
-                         "everything is not what a runbook step should create)")
-    return value
-
-
-class SilenceArguments(StrictArguments):
-    matchers: dict[str, str] = Field(min_length=1, description="label name -> value")
-    regex: list[str] = Field(default_factory=list,
-                             description="names of matchers whose value is a regex")
-    duration: float = Field(gt=0, le=MAX_SILENCE, description='seconds, or like "2h"')
-    comment: str = Field(min_length=1, max_length=2000)
-    created_by: str = Field(default=BOT_AUTHOR, min_length=1, max_length=200)
-
-    _duration = field_validator("duration", mode="before")(_seconds)
-    _matchers = field_validator("matchers")(_check_matchers)
-
-    @model_validator(mode="after")
-    def _regex_names(self) -> SilenceArguments:
-        matchers_from(self.matchers, self.regex)
-        return self
-
-
-class ExpireSilenceArguments(StrictArguments):
-    silence_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
-    matchers: dict[str, str] | None = None
-    regex: list[str] = Field(default_factory=list)
-    created_by: str | None = Field(
-        default=None, description="only silences by this creator (matchers form)")
-
-    @model_validator(mode="after")
-    def _one_way(self) -> ExpireSilenceArguments:
-        if (self.silence_id is None) == (self.matchers is None):
-            raise ValueError("give either silence_id or matchers")
-        if self.matchers is not None:
-            if not self.matchers:
-                raise ValueError("matchers must not be empty")
-            matchers_from(self.matchers, self.regex)
-        return self
-
-
-def _amtool(config: AlertmanagerConfig, *words: str) -> str:
-    return shlex.join(["amtool", f"--alertmanager.url={config.url}", *words])
-
-
-class _AlertmanagerAction:
-    name: ClassVar[str]
-    Arguments: ClassVar[type[StrictArguments]]
-
-    def __init__(self, backend: AlertmanagerBackend, config: AlertmanagerConfig) -> None:
-        self.backend = backend
-        self.config = config
-
-    def plan(self, args: Any) -> list[str]:
-        raise NotImplementedError
-
-    def run(self, args: Any, ctx: ActionContext) -> ActionResult:
-        raise NotImplementedError
-
-
-class SilenceAction(_AlertmanagerAction):
-    name: ClassVar[str] = "alertmanager.silence"
-    Arguments: ClassVar[type[StrictArguments]] = SilenceArguments
-
-    def plan(self, args: SilenceArguments) -> list[str]:
-        wanted = matchers_from(args.matchers, args.regex)
-        line = _amtool(self.config, "silence", "add", f"--author={args.created_by}",
-                       f"--duration={format_seconds(args.duration)}",
-                       f"--comment={args.comment}", *(str(m) for m in wanted))
-        return [line + f"  # unless an active silence by {args.created_by} with exactly these "
-                "matchers already lasts that long"]
-
-    def run(self, args: SilenceArguments, ctx: ActionContext) -> ActionResult:
-        wanted = matchers_from(args.matchers, args.regex)
-        shown = " ".join(str(m) for m in wanted)
-        now = datetime.now(UTC)
-        ends = now + timedelta(seconds=args.duration)
-        slack = timedelta(seconds=min(300.0, args.duration * 0.1))
-        try:
-            existing = [s for s in self.backend.find_silences(wanted, exact=True,
-                                                              created_by=args.created_by)
-                        if s.state == "active"]
-            if existing and existing[0].ends_at >= ends - slack:
-                silence = existing[0]
-                return ActionResult(
-                    summary=(f"silence {silence.id} ({shown}) already lasts until "
-                             f"{format_time(silence.ends_at)}: reused"),
-                    details={**silence.as_dict(), "reused": True}, changed=False)
-            if existing:
-                old = existing[0]
-                silence_id = self.backend.create_silence(
-                    wanted, old.starts_at, ends, args.created_by, args.comment,
-                    silence_id=old.id)
-                verb = ("extended silence" if silence_id == old.id
-                        else f"replaced silence {old.id} with")
-            else:
-                silence_id = self.backend.create_silence(wanted, now, ends, args.created_by,
-                                                         args.comment)
-                verb = "created silence"
-        except AlertmanagerError as exc:
-            raise ActionError(f"silencing {shown} failed: {exc}") from exc
-        return ActionResult(
-            summary=f"{verb} {silence_id} for {shown} until {format_time(ends)}",
-            details={"silence_id": silence_id, "matchers": [str(m) for m in wanted],
-                     "starts_at": format_time(now), "ends_at": format_time(ends),
-                     "created_by": args.created_by, "comment": args.comment,
-                     "reused": False, "url": f"{self.config.url}/#/silences/{silence_id}"})
-
-
-class ExpireSilenceAction(_AlertmanagerAction):
-    name: ClassVar[str] = "alertmanager.expire_silence"
-    Arguments: ClassVar[type[StrictArguments]] = ExpireSilenceArguments
-
-    def plan(self, args: ExpireSilenceArguments) -> list[str]:
-        if args.silence_id is not None:
-            return [_amtool(self.config, "silence", "expire", args.silence_id)]
-        assert args.matchers is not None
-        wanted = matchers_from(args.matchers, args.regex)
-        by = f" by {args.created_by}" if args.created_by else ""
-        return [_amtool(self.config, "silence", "query", "--quiet", *(str(m) for m in wanted))
-                + f"  # then expire each active or pending silence{by} with exactly these "
-                "matchers (amtool silence expire ID)"]
-
-    def run(self, args: ExpireSilenceArguments, ctx: ActionContext) -> ActionResult:
-        try:
-            if args.silence_id is not None:
-                if self.backend.expire_silence(args.silence_id):
-                    return ActionResult(summary=f"expired silence {args.silence_id}",
-                                        details={"expired": [args.silence_id]})
-                return ActionResult(
-                    summary=f"silence {args.silence_id} is already expired or unknown: "
-                            "nothing to expire",
-                    details={"expired": []}, changed=False)
-            assert args.matchers is not None
-            wanted = matchers_from(args.matchers, args.regex)
-            shown = " ".join(str(m) for m in wanted)
-            found = self.backend.find_silences(wanted, exact=True, created_by=args.created_by)
-            expired = [s.id for s in found if self.backend.expire_silence(s.id)]
-        except AlertmanagerError as exc:
-            raise ActionError(f"expiring silences failed: {exc}") from exc
-        if not expired:
-            return ActionResult(summary=f"no active or pending silence with exactly {shown}: "
-                                        "nothing to expire",
-                                details={"expired": []}, changed=False)
-        return ActionResult(summary=f"expired {len(expired)} silence(s) for {shown}: "
-                                    + ", ".join(expired),
-                            details={"expired": expired, "matchers": [str(m) for m in wanted]})
-
-
-ACTION_CLASSES: tuple[type[_AlertmanagerAction], ...] = (SilenceAction, ExpireSilenceAction)
-
-
-class AlertmanagerActions:
-    """Every ``alertmanager.*`` action over one backend: ``AlertmanagerActions(c).all()``."""
-
-    def __init__(self, config: AlertmanagerConfig,
-                 backend: AlertmanagerBackend | None = None) -> None:
-        self.config = config
-        self.backend = backend if backend is not None else HttpAlertmanagerBackend(config)
-
-    def all(self) -> list[Action]:
-        return [cls(self.backend, self.config) for cls in ACTION_CLASSES]
-
-    def by_name(self) -> dict[str, Action]:
-        return {action.name: action for action in self.all()}
-
-
-def alertmanager_actions(config: AlertmanagerConfig) -> list[Action]:
-    """The ``alertmanager.*`` actions for a configuration."""
-    return AlertmanagerActions(config).all()
-
-
-__all__ = [
-    "ACTION_CLASSES", "BOT_AUTHOR", "Alert", "AlertmanagerActions", "AlertmanagerBackend",
-    "AlertmanagerConfig", "AlertmanagerError", "AlertmanagerUnavailable",
-    "ExpireSilenceAction", "ExpireSilenceArguments", "HttpAlertmanagerBackend", "Matcher",
-    "Silence", "SilenceAction", "SilenceArguments", "alertmanager_actions", "format_time",
-    "matchers_from", "parse_time",
-]

@@ -1,0 +1,26 @@
+"""The Slurm adapter's registry entry: the ``slurm.*`` actions over the configured backend."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from adapters.actions import Action
+from adapters.registry import Adapter, Built
+from adapters.slurm.actions import ACTION_CLASSES, SlurmActions
+from adapters.slurm.config import SlurmConfig
+from adapters.slurm.health import HealthCheckAction
+from adapters.slurm.pyslurm_backend import make_backend
+from adapters.slurm.rolling import DriverRolloutAction
+
+
+def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
+    backend = make_backend(config)
+    actions: list[Action] = [*SlurmActions(backend, config).all(),
+                             HealthCheckAction(backend, config),
+                             DriverRolloutAction(backend, config)]
+    return Built(actions, backend)
+
+
+ADAPTER = Adapter("slurm", "slurm", SlurmConfig,
+                  (*ACTION_CLASSES, HealthCheckAction, DriverRolloutAction), _build)

@@ -1,0 +1,51 @@
+"""The adapters' registry: every system declares itself once, the bot's configuration has a
+typed section for each, every action is known under the section that enables it, and an
+adapter is built only after the adapters it uses."""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from adapters.registry import Adapter, Built, _used_first, registered
+from bot.config import Config
+from bot.runbooks.catalogue import KNOWN
+
+
+def test_every_system_registers_itself() -> None:
+    names = [adapter.name for adapter in registered()]
+    assert sorted(names) == ["alertmanager", "etcd", "kubernetes", "mariadb", "prometheus",
+                             "reports", "slurm"]
+    assert names.index("slurm") < names.index("reports")
+    assert names.index("prometheus") < names.index("reports")
+
+
+@pytest.mark.parametrize("adapter", registered(), ids=lambda adapter: adapter.name)
+def test_the_configuration_has_a_typed_section(adapter: Adapter) -> None:
+    field = Config.model_fields[adapter.section]
+    assert adapter.config_class in typing.get_args(field.annotation), field.annotation
+    assert field.default is None  # an adapter is enabled by configuring its section
+
+
+@pytest.mark.parametrize("adapter", registered(), ids=lambda adapter: adapter.name)
+def test_its_actions_are_known_under_its_section(adapter: Adapter) -> None:
+    for cls in adapter.action_classes:
+        assert KNOWN[cls.name] == (cls.Arguments, adapter.section)
+
+
+def _entry(name: str, *uses: str) -> Adapter:
+    def build(config: Any, backends: Mapping[str, Any]) -> Built:
+        return Built([])
+
+    return Adapter(name, name, object, (), build, uses=uses)
+
+
+def test_used_adapters_come_first_and_a_cycle_is_refused() -> None:
+    found = {e.name: e for e in (_entry("c", "b"), _entry("b", "a"), _entry("a"))}
+    assert [e.name for e in _used_first(found)] == ["a", "b", "c"]
+    cycle = {e.name: e for e in (_entry("a", "b"), _entry("b", "a"))}
+    with pytest.raises(RuntimeError, match="use each other"):
+        _used_first(cycle)
