@@ -114,6 +114,8 @@ class ServerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
+    # POST /alerts: a webhook with more alerts is refused whole (413), none proposed
+    max_alerts_per_request: int = Field(default=200, ge=1, le=10_000)
 
 
 class PoolFloors(BaseModel):
@@ -165,6 +167,9 @@ class SlackConfig(BaseModel):
     app_token_file: Path | None = None
     poll_seconds: float = Field(default=1.0, gt=0, le=60)  # progress updates at most this often
     groups_refresh_seconds: float = Field(default=300.0, ge=10)
+    # a Slack user not in `users`: readonly (read verbs only) or requester (may also request,
+    # as slack:<ID>, when `requesters` admits them); never approve, deny or confirm
+    unmapped: Literal["readonly", "requester"] = "readonly"
 
     @model_validator(mode="before")
     @classmethod
@@ -234,7 +239,9 @@ class Config(BaseModel):
     runbook_paths: list[Path] = Field(default_factory=lambda: [shipped_runbooks()])
     users: dict[str, UserConfig] = Field(default_factory=dict)
     requesters: list[str] = Field(default_factory=lambda: ["*"])
-    approvers: list[str] = Field(default_factory=lambda: ["*"])  # when a runbook names none
+    # who approves a runbook whose approval: names nobody; default nobody: a request that
+    # needs approvals and that nobody may approve is refused, saying what to configure
+    approvers: list[str] = Field(default_factory=list)
     approval_expires: DurationText = "30m"
     host_commands: dict[str, HostCommand] = Field(default_factory=default_host_commands)
     inventory: InventoryConfig = Field(default_factory=InventoryConfig)
@@ -272,7 +279,8 @@ class Config(BaseModel):
         return configured | self._learnt_groups.get(user, set())
 
     def learn_groups(self, groups: dict[str, set[str]]) -> None:
-        """Replace the memberships learnt from outside (Slack user groups)."""
+        """Replace the memberships learnt from outside (Slack user groups), by the bot's
+        names of people: one person is one name, whichever surface they act from."""
         self._learnt_groups = {user: set(names) for user, names in groups.items()}
 
     def matches(self, user: str, principals: list[str]) -> bool:

@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from adapters.slurm import hostlist
 from bot.config import Config
 from bot.execution import confirming, executions, locking
-from bot.execution.approval import approval_problem, may_steer
+from bot.execution.approval import approval_problem, may_steer, unapprovable
 from bot.execution.checks.core import Checks
 from bot.execution.executions import Execution
 from bot.execution.planning import (
@@ -255,6 +255,9 @@ class Service:
             raise Refused(f"{user} may not request runbooks (requesters: "
                           f"{', '.join(self.config.requesters)})")
         plan = self.plan(name, raw, break_glass=break_glass)
+        problem = unapprovable(plan.approval, name)
+        if problem is not None:
+            raise Refused(problem)
         now = time.time()
         deadline = now + plan.approval.expires_seconds if plan.approval.required else None
         lock_until = max(now + self.config.engine.lock_ttl_seconds, (deadline or now) + 60)
@@ -437,11 +440,20 @@ class Service:
             audit.append(conn, Kind.RESUME_REQUESTED, user, {"stage": ex.stage}, ex.id)
             return executions.get(conn, ex.id)
 
-    def confirm(self, execution_id: int, user: str, yes: bool, note: str | None) -> str:
-        """Answer the question a running step asked (chat.confirm); returns the question."""
+    def confirm(self, execution_id: int, user: str, yes: bool, note: str | None, *,
+                step: str | None = None, plan_hash: str | None = None) -> str:
+        """Answer the question a running step asked (chat.confirm); returns the question.
+
+        ``step`` and ``plan_hash``: the question and plan the answer was given for (a Yes/No
+        button carries them); an answer given for another question is refused, never
+        applied to the one pending now."""
         with self.db.begin() as conn:
             ex = self._get(conn, execution_id)
             question = confirming.pending(conn, ex.id)
+            stale = confirming.stale_answer(conn, ex.id, ex.plan_hash, question, step,
+                                            plan_hash)
+            if stale is not None:
+                raise Refused(stale)
             if ex.state != State.RUNNING or question is None:
                 raise Refused(f"execution {ex.id} is not waiting for a confirmation")
             if not self._may_steer(ex, user):

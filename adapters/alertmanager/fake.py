@@ -8,12 +8,19 @@ tests may use it.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from adapters.alertmanager.backend import Alert, MatchersLike, Silence, matchers_from
+from adapters.alertmanager.backend import (
+    Alert,
+    Matcher,
+    MatchersLike,
+    Silence,
+    matchers_from,
+)
 
 if TYPE_CHECKING:
     from adapters.alertmanager.backend import AlertmanagerBackend
@@ -21,8 +28,15 @@ if TYPE_CHECKING:
 
 class FakeAlertmanager:
     """Silences by ID (``s1``, ``s2``...) and the ``firing`` alerts. A silence is active from
-    its creation until expired (time does not pass here); an alert with ``silenced_by`` or
-    ``inhibited_by`` counts as silenced or inhibited."""
+    its creation until expired (time does not pass here).
+
+    Alerts are shown as ``GET /api/v2/alerts`` shows them: an alert is silenced by every
+    active silence whose matchers match its labels (and by the IDs its ``silenced_by``
+    names), inhibited when its ``inhibited_by`` names an alert, and its ``state`` is then
+    ``suppressed`` (else ``active``, or ``unprocessed`` as given). The filters work as
+    Alertmanager's do: ``active=False`` leaves out active alerts, ``silenced=False``
+    silenced ones and ``inhibited=False`` inhibited ones, each on its own (an alert both
+    silenced and inhibited needs both); an alert that ended is never shown."""
 
     def __init__(self) -> None:
         self.silences: dict[str, Silence] = {}
@@ -31,15 +45,27 @@ class FakeAlertmanager:
 
     def alerts(self, filters: Mapping[str, str] | None = None, *, active: bool = True,
                silenced: bool = False, inhibited: bool = False) -> list[Alert]:
-        def shown(alert: Alert) -> bool:
-            if alert.silenced_by:
-                return silenced
-            if alert.inhibited_by:
-                return inhibited
-            return active
+        now = datetime.now(UTC)
+        found = []
+        for alert in map(self._with_status, self.firing):
+            if alert.ends_at is not None and alert.ends_at < now:
+                continue
+            if ((not active and alert.state == "active")
+                    or (not silenced and alert.silenced_by)
+                    or (not inhibited and alert.inhibited_by)):
+                continue
+            if all(alert.labels.get(k) == v for k, v in (filters or {}).items()):
+                found.append(alert)
+        return sorted(found, key=lambda a: a.fingerprint)
 
-        return [a for a in self.firing if shown(a)
-                and all(a.labels.get(k) == v for k, v in (filters or {}).items())]
+    def _with_status(self, alert: Alert) -> Alert:
+        silenced_by = tuple(dict.fromkeys([*alert.silenced_by, *(
+            s.id for s in self.silences.values()
+            if s.state == "active" and all(_matches(m, alert.labels) for m in s.matchers))]))
+        suppressed = bool(silenced_by or alert.inhibited_by)
+        state = "suppressed" if suppressed else (
+            "unprocessed" if alert.state == "unprocessed" else "active")
+        return replace(alert, silenced_by=silenced_by, state=state)
 
     def create_silence(self, matchers: MatchersLike, starts: datetime | None, ends: datetime,
                        created_by: str, comment: str, *, regex: Collection[str] = (),
@@ -73,6 +99,15 @@ class FakeAlertmanager:
         """The matchers of each active silence, as text (``node=~"gpu03|gpu04"``)."""
         return [" ".join(str(m) for m in s.matchers) for s in self.silences.values()
                 if s.state == "active"]
+
+
+def _matches(matcher: Matcher, labels: Mapping[str, str]) -> bool:
+    """As Alertmanager matches a silence: a missing label is the empty string, a regular
+    expression must match the whole value."""
+    value = labels.get(matcher.name, "")
+    found = (re.fullmatch(matcher.value, value) is not None if matcher.is_regex
+             else value == matcher.value)
+    return found == matcher.is_equal
 
 
 if TYPE_CHECKING:

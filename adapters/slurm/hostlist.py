@@ -1,121 +1,199 @@
 """Slurm hostlist expressions, in pure Python: ``gpu[01-04,07]`` <-> ``gpu01 gpu02 ...``.
 
-Only names of ``[A-Za-z0-9._-]``, brackets, commas and ranges are accepted, and at most
-``MAX_NAMES`` of them, so a typo like ``gpu[1-99999999]`` is refused rather than eating memory.
+Only names of ``[A-Za-z0-9._-]``, brackets, commas and ranges are accepted. ``size`` counts
+the names of an expression from its ranges, without making any, and ``expand`` refuses an
+expression whose size is over its ``limit`` (at most ``MAX_NAMES``) before making a name, so
+``gpu[0-99999999]`` or ``gpu[0-9999,0-9999,...]`` is refused at once rather than eating
+memory.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from collections.abc import Iterable
 
 MAX_NAMES = 10_000
+_MAX_DIGITS = 63  # a number in a range: no longer than a host name
 
 _NAME_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
 _EXPR_CHARS = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _TRAILING_DIGITS = re.compile(r"^(.*?)(\d+)$")
 _Group = tuple[str, int]  # names sharing a prefix and the width of their numbers
+_Range = tuple[int, int, int]  # width (of the lower bound, as written), low, high
+_Piece = str | tuple[_Range, ...]  # literal text, or a bracket's ranges (no repeats)
+_Part = tuple[_Piece, ...]
 
 
-def expand(expression: str) -> list[str]:
+class TooMany(ValueError):
+    """A hostlist naming more nodes than its caller allows: ``count`` over ``limit``."""
+
+    def __init__(self, expression: str, count: int, limit: int) -> None:
+        super().__init__(
+            f"hostlist {_quoted(expression)} names {count:,} nodes, more than {limit:,}")
+        self.expression = expression
+        self.count = count
+        self.limit = limit
+
+
+def size(expression: str) -> int:
+    """How many names ``expression`` gives, counted from its ranges without making them
+    (``size("gpu[01-04,03-08],cpu1")`` is 9); ValueError for an invalid expression. A name
+    written twice in one bracket or in two identical parts counts once; one that two
+    different parts both give (``gpu[1-4],gpu4``) counts twice, so ``size`` is never under
+    ``len(expand(expression))`` and equals it for any usual hostlist."""
+    return sum(_count(part) for part in _parse(expression))
+
+
+def expand(expression: str, limit: int = MAX_NAMES) -> list[str]:
     """All names of a hostlist expression, in order, without duplicates:
     ``expand("gpu[01-02],cpu7")`` gives ``["gpu01", "gpu02", "cpu7"]``. Zero padding is kept:
-    the width of a range is the width of its lower bound, as in Slurm."""
+    the width of a range is the width of its lower bound, as in Slurm.
+
+    ``TooMany`` (a ValueError naming the count and the limit) when the expression names
+    more than ``limit`` nodes (never more than ``MAX_NAMES``): decided from the ranges when
+    they give more than ``MAX_NAMES`` names, before any is made."""
+    cap = min(limit, MAX_NAMES)
+    parts = _parse(expression)
+    listed = sum(_count(part) for part in parts)
+    if listed > MAX_NAMES:
+        raise TooMany(expression, listed, cap)
+    names: list[str] = []
+    seen: set[str] = set()
+    for part in parts:
+        for name in _names(part):
+            if name not in seen:
+                seen.add(name)
+                names.append(name)
+    if len(names) > cap:
+        raise TooMany(expression, len(names), cap)
+    return names
+
+
+def _quoted(text: str) -> str:
+    """An expression (or a piece of it) for a message: quoted, and cut short when long."""
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
+def _parse(expression: str) -> list[_Part]:
+    """The parts of an expression, identical ones once, each as its literal pieces and its
+    brackets' ranges (a number given twice in a bracket kept once, in first order)."""
     text = expression.strip()
     if not text:
         raise ValueError("empty hostlist: give node names like gpu07 or gpu[01-04,07]")
     if not _EXPR_CHARS.match(text):
         bad = sorted({c for c in text if not re.match(r"[A-Za-z0-9._\-\[\],]", c)})
         raise ValueError(
-            f"hostlist {expression!r} contains {''.join(bad)!r}: only letters, digits, "
+            f"hostlist {_quoted(expression)} contains {''.join(bad[:10])!r}: only letters, digits, "
             "'.', '_', '-', brackets, commas and ranges are allowed"
         )
-    names: list[str] = []
-    seen: set[str] = set()
-    for part in _split_top(text, expression):
-        for name in _expand_one(part, expression):
-            if name not in seen:
-                seen.add(name)
-                names.append(name)
-                if len(names) > MAX_NAMES:
-                    raise ValueError(
-                        f"hostlist {expression!r} expands to more than {MAX_NAMES} names"
-                    )
-    return names
+    parts = dict.fromkeys(_split_top(text, expression))
+    return [_parse_part(part, expression) for part in parts]
 
 
 def _split_top(text: str, expression: str) -> list[str]:
     parts: list[str] = []
     depth = 0
-    current = ""
-    for char in text:
+    start = 0
+    for index, char in enumerate(text):
         if char == "[":
             if depth:
-                raise ValueError(f"hostlist {expression!r}: nested '[' is not allowed")
+                raise ValueError(f"hostlist {_quoted(expression)}: nested '[' is not allowed")
             depth = 1
         elif char == "]":
             if not depth:
-                raise ValueError(f"hostlist {expression!r}: ']' without a matching '['")
+                raise ValueError(f"hostlist {_quoted(expression)}: ']' without a matching '['")
             depth = 0
-        if char == "," and not depth:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
+        elif char == "," and not depth:
+            parts.append(text[start:index])
+            start = index + 1
     if depth:
-        raise ValueError(f"hostlist {expression!r}: '[' is never closed")
-    parts.append(current)
+        raise ValueError(f"hostlist {_quoted(expression)}: '[' is never closed")
+    parts.append(text[start:])
     for part in parts:
         if not part:
-            raise ValueError(f"hostlist {expression!r} has an empty name (two commas in a row?)")
+            raise ValueError(
+                f"hostlist {_quoted(expression)} has an empty name (two commas in a row?)")
     return parts
 
 
-def _expand_one(part: str, expression: str) -> list[str]:
+def _parse_part(part: str, expression: str) -> _Part:
     # Split "rack[1-2]-gpu[01-02]" into literal and bracket pieces.
-    pieces = re.split(r"(\[[^\]]*\])", part)
-    choices: list[list[str]] = []
-    total = 1
-    for piece in pieces:
+    pieces: list[_Piece] = []
+    for piece in re.split(r"(\[[^\]]*\])", part):
         if piece.startswith("["):
-            values = _expand_range_list(piece[1:-1], expression)
-            choices.append(values)
-            total *= len(values)
-            if total > MAX_NAMES:
-                raise ValueError(
-                    f"hostlist {expression!r} expands to more than {MAX_NAMES} names"
-                )
+            pieces.append(_parse_ranges(piece[1:-1], expression))
         elif piece:
-            choices.append([piece])
-    names = ["".join(combo) for combo in itertools.product(*choices)]
-    for name in names:
-        if not _NAME_CHARS.match(name):
-            raise ValueError(f"hostlist {expression!r}: {name!r} is not a valid node name")
-    return names
+            pieces.append(piece)
+    return tuple(pieces)
 
 
-def _expand_range_list(inner: str, expression: str) -> list[str]:
+def _parse_ranges(inner: str, expression: str) -> tuple[_Range, ...]:
+    """A bracket's ranges in order, each keeping only the numbers no earlier range of the
+    same width gave: ``0-9999,0-9999`` is one range, not twenty thousand numbers."""
     if not inner:
-        raise ValueError(f"hostlist {expression!r}: empty brackets '[]'")
-    values: list[str] = []
+        raise ValueError(f"hostlist {_quoted(expression)}: empty brackets '[]'")
+    ranges: list[_Range] = []
+    covered: dict[int, list[tuple[int, int]]] = {}  # width -> sorted, disjoint (low, high)
     for item in inner.split(","):
         match = _RANGE.match(item)
         if not match:
             raise ValueError(
-                f"hostlist {expression!r}: {item!r} is not a number or a range like 01-04"
+                f"hostlist {_quoted(expression)}: {_quoted(item)} is not a number or a range "
+                "like 01-04"
             )
-        low_text, high_text = match.group(1), match.group(2)
-        low = int(low_text)
-        high = int(high_text) if high_text is not None else low
+        low_text, high_text = match.group(1), match.group(2) or match.group(1)
+        if max(len(low_text), len(high_text)) > _MAX_DIGITS:
+            raise ValueError(
+                f"hostlist {_quoted(expression)}: {_quoted(item)} has a number of more than "
+                f"{_MAX_DIGITS} digits")
+        low, high = int(low_text), int(high_text)
         if high < low:
-            raise ValueError(f"hostlist {expression!r}: range {item!r} runs backwards")
-        if high - low + 1 > MAX_NAMES:
-            raise ValueError(f"hostlist {expression!r} expands to more than {MAX_NAMES} names")
+            raise ValueError(
+                f"hostlist {_quoted(expression)}: range {_quoted(item)} runs backwards")
         width = len(low_text)
-        values.extend(str(number).zfill(width) for number in range(low, high + 1))
-    return values
+        ranges.extend((width, a, b) for a, b in _add(covered.setdefault(width, []), low, high))
+    return tuple(ranges)
+
+
+def _add(covered: list[tuple[int, int]], low: int, high: int) -> list[tuple[int, int]]:
+    """The pieces of ``low..high`` not yet in ``covered``, which then covers it all."""
+    first = bisect.bisect_left(covered, (low, low))
+    if first and covered[first - 1][1] >= low - 1:
+        first -= 1
+    last = first
+    fresh: list[tuple[int, int]] = []
+    cursor = low
+    while last < len(covered) and covered[last][0] <= high + 1:
+        start, end = covered[last]
+        if start > cursor:
+            fresh.append((cursor, start - 1))
+        cursor = max(cursor, end + 1)
+        last += 1
+    if cursor <= high:
+        fresh.append((cursor, high))
+    merged = covered[first:last]
+    covered[first:last] = [(min([low, *(s for s, _ in merged)]),
+                            max([high, *(e for _, e in merged)]))]
+    return fresh
+
+
+def _count(part: _Part) -> int:
+    total = 1
+    for piece in part:
+        if not isinstance(piece, str):
+            total *= sum(high - low + 1 for _, low, high in piece)
+    return total
+
+
+def _names(part: _Part) -> Iterable[str]:
+    choices = [[piece] if isinstance(piece, str) else
+               [str(number).zfill(width) for width, low, high in piece
+                for number in range(low, high + 1)]
+               for piece in part]
+    return ("".join(combo) for combo in itertools.product(*choices))
 
 
 def compress(names: Iterable[str]) -> str:

@@ -7,11 +7,13 @@ says ``auto_run`` and the runbook is risk low; running it is an ordinary request
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Connection, select, update
+from sqlalchemy.exc import SQLAlchemyError
 
 from bot.config import AlertRule
 from bot.execution.executions import TERMINAL
@@ -25,6 +27,8 @@ from kit.canonical import canonical
 from kit.errors import Refused
 
 ALERT_USER = "alertmanager"  # who requests the runbooks alerts run on their own
+
+_log = logging.getLogger(__name__)
 
 
 class WebhookAlert(BaseModel):
@@ -41,11 +45,16 @@ class Webhook(BaseModel):
     model_config = ConfigDict(extra="ignore")
     version: str = Field(pattern="^4$")
     status: str
-    alerts: list[WebhookAlert] = Field(max_length=1000)
+    alerts: list[WebhookAlert]  # how many are taken: server.max_alerts_per_request
 
 
 class BadPayload(ValueError):
     """The webhook body is not Alertmanager's version 4 payload; nothing was changed."""
+
+
+class TooManyAlerts(ValueError):
+    """The webhook carries more alerts than ``server.max_alerts_per_request``; nothing was
+    changed."""
 
 
 @dataclass(frozen=True)
@@ -80,15 +89,36 @@ def receive(bot: Service, webhook: Webhook) -> list[Proposal]:
     Each firing alert that matches an ``alert_rules`` entry proposes that runbook with
     parameters taken from the alert's labels. The same alert (fingerprint) is not proposed
     twice while its proposal is open; a resolved alert updates its proposal. A bad payload
-    is refused whole, with the reason, before this (``parse``, BadPayload).
+    is refused whole, with the reason, before this (``parse``, BadPayload), and so is one of
+    more than ``server.max_alerts_per_request`` alerts (TooManyAlerts).
+
+    Each alert is taken on its own: one that cannot be proposed (its rule's parameters use
+    a label it lacks, or anything else about it goes wrong) is recorded as a refused
+    proposal with the reason (``proposal_refused`` in the audit log) and the rest of the
+    batch is still taken. Only the database failing fails the batch, so that Alertmanager
+    sends it again (proposals already made are not made twice).
     """
+    limit = bot.config.server.max_alerts_per_request
+    if len(webhook.alerts) > limit:
+        raise TooManyAlerts(
+            f"{len(webhook.alerts)} alerts in one request; at most {limit} are taken "
+            "(server.max_alerts_per_request): set max_alerts in Alertmanager's webhook_config "
+            "to at most that")
     touched = []
     for alert in webhook.alerts:
         rule = _rule_for(bot, alert.labels)
         if rule is None:
             continue
-        proposal = _resolve(bot, alert) if alert.status == "resolved" else _propose(
-            bot, alert, rule)
+        try:
+            proposal = _resolve(bot, alert) if alert.status == "resolved" else _propose(
+                bot, alert, rule)
+        except SQLAlchemyError:
+            raise
+        except Exception as exc:  # one bad alert must not lose the rest of its batch
+            _log.exception("alert %s (%s) could not be taken", alert.fingerprint,
+                           alert.labels.get("alertname"))
+            proposal = _record(bot, alert, rule, {}, "refused",
+                               f"could not be proposed: {type(exc).__name__}: {exc}")
         if proposal is not None:
             touched.append(proposal)
     return touched
@@ -118,14 +148,28 @@ def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule) -> Proposal | N
     with bot.db.begin() as conn:
         if _open(conn, alert.fingerprint) is not None:
             return None  # already proposed (or running) for this alert
-    params = {k: str(templating.render(v, {"labels": alert.labels}))
-              for k, v in rule.params.items()}
-    state, note = "open", None
+    params: dict[str, str] = {}
+    for name, template in rule.params.items():
+        try:
+            params[name] = str(templating.render(template, {"labels": alert.labels}))
+        except templating.TemplateProblem as exc:
+            return _record(bot, alert, rule, params, "refused", (
+                f"parameter {name}: {exc} (the alert's labels: "
+                f"{', '.join(sorted(alert.labels)) or 'none'})"))
     try:
         plan = bot.plan(rule.runbook, params)
     except Refused as exc:
-        state, note = "refused", str(exc)
-        plan = None
+        return _record(bot, alert, rule, params, "refused", str(exc))
+    proposal = _record(bot, alert, rule, params, "open", None)
+    if rule.auto_run:
+        _auto_run(bot, proposal.id, plan.risk)
+        return get(bot, proposal.id)
+    return proposal
+
+
+def _record(bot: Service, alert: WebhookAlert, rule: AlertRule, params: dict[str, str],
+            state: str, note: str | None) -> Proposal:
+    """A proposal, open or refused (with why), and its audit event."""
     with bot.db.begin() as conn:
         proposal_id = _insert(conn, alert, rule, params, state, note)
         kind = Kind.PROPOSED if state == "open" else Kind.PROPOSAL_REFUSED
@@ -133,8 +177,6 @@ def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule) -> Proposal | N
             "proposal": proposal_id, "alert": alert.labels.get("alertname"),
             "fingerprint": alert.fingerprint, "runbook": rule.runbook, "params": params,
             "reason": note})
-    if plan is not None and rule.auto_run:
-        _auto_run(bot, proposal_id, plan.risk)
     return get(bot, proposal_id)
 
 
@@ -210,6 +252,10 @@ def run(bot: Service, proposal_id: int, user: str, *, configured: bool = False) 
 
 
 def dismiss(bot: Service, proposal_id: int, user: str, reason: str | None) -> Proposal:
+    """The Dismiss button: only someone who may request runs may dismiss one proposed."""
+    if not bot.config.matches(user, bot.config.requesters):
+        raise Refused(f"{user} may not dismiss proposals: only those who may request runs "
+                      f"may (requesters: {', '.join(bot.config.requesters)})")
     proposal = get(bot, proposal_id)
     if proposal.state != "open":
         raise Refused(f"proposal {proposal_id} is {proposal.state}, not open")

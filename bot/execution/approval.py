@@ -9,6 +9,18 @@ from __future__ import annotations
 from bot.config import Config
 from bot.execution.planning import ApprovalPolicy
 
+NOBODY_FIX = "set approvers: in the configuration or approval.approvers in the runbook"
+
+
+def unapprovable(policy: ApprovalPolicy, runbook: str) -> str | None:
+    """Why no request of ``runbook`` under ``policy`` could ever be approved, or None: it
+    needs approvals and names no approver (the configuration's ``approvers`` default to
+    nobody). Refused when it is asked for, rather than left waiting until it expires."""
+    if policy.required == 0 or policy.approvers:
+        return None
+    needs = "1 approval" if policy.required == 1 else f"{policy.required} approvals"
+    return f"{runbook} needs {needs} but nobody may approve it: {NOBODY_FIX}"
+
 
 def approval_problem(config: Config, policy: ApprovalPolicy, runbook: str, approver: str,
                      requester: str, *, asked: str | None = None,
@@ -18,6 +30,8 @@ def approval_problem(config: Config, policy: ApprovalPolicy, runbook: str, appro
     The runbook's approvers only, and not the requester unless the policy allows it (a
     requester may still deny). ``asked`` says what the requester did, for the message.
     """
+    if not policy.approvers:
+        return f"nobody may approve {runbook}: {NOBODY_FIX}"
     if not config.matches(approver, policy.approvers):
         return (f"{approver} may not approve {runbook}: its approvers are "
                 f"{', '.join(policy.approvers)}")

@@ -49,6 +49,26 @@ def pending(conn: Connection, execution_id: int, step_id: str | None = None) -> 
     return conn.execute(query).first()
 
 
+def stale_answer(conn: Connection, execution_id: int, current_plan: str, question: Any,
+                 step: str | None, plan_hash: str | None) -> str | None:
+    """Why an answer given for ``step`` of the plan ``plan_hash`` (what a Yes/No button was
+    posted for) does not answer ``question``, the one pending now (None: none is); None when
+    it does, or when the answer names neither (``confirm ID`` on the command line)."""
+    if plan_hash is not None and plan_hash != current_plan:
+        return (f"execution {execution_id}: its plan changed since this question was posted; "
+                "nothing was answered")
+    if step is None or (question is not None and question.step_id == step):
+        return None
+    asked = pending(conn, execution_id, step)
+    if asked is not None and asked.answer is not None:
+        return (f"execution {execution_id}: the question of step {step} was answered already "
+                f"({asked.answer}, by {asked.answered_by}); nothing was answered")
+    now = (f"the question waiting now is step {question.step_id}'s: {question.question!r}"
+           if question is not None else "no question is waiting now")
+    return (f"execution {execution_id}: this answer is for step {step}, but {now}; nothing "
+            "was answered")
+
+
 def record_answer(conn: Connection, execution_id: int, step_id: str, answer: str, user: str,
                   note: str | None) -> None:
     conn.execute(

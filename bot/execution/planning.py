@@ -45,7 +45,7 @@ class ApprovalPolicy:
     def describe(self) -> str:
         if self.required == 0:
             return "no approval needed"
-        who = ", ".join(self.approvers) or "anyone"
+        who = ", ".join(self.approvers) or "nobody (no approvers configured)"
         selfish = "" if self.self_approval else ", not the requester"
         return f"{self.required} approval(s) from {who}{selfish}, within {self.expires_seconds:g}s"
 
@@ -180,14 +180,18 @@ def make_plan(
 def runbook_nodes(loaded: LoadedRunbook, values: Mapping[str, Any]) -> set[str]:
     """The nodes a request names: the values of its ``node`` and ``nodes`` parameters
     (hostlists expanded), as the bot names them (``params.validate`` checked them against
-    the inventory)."""
+    the inventory); PlanError for a hostlist of more than ``MAX_PLAN_NODES``, decided from
+    its ranges before a name is made."""
     found: set[str] = set()
     for name, spec in loaded.runbook.params.items():
         value = values.get(name)
         if value and spec.type == "node":
             found.add(str(value))
         elif value and spec.type == "nodes":
-            found.update(hostlist.expand(str(value)))
+            try:
+                found.update(hostlist.expand(str(value), limit=MAX_PLAN_NODES))
+            except hostlist.TooMany as exc:
+                raise PlanError(_too_many(exc.count)) from None
     return found
 
 
@@ -201,11 +205,13 @@ def node_locks(nodes: set[str]) -> list[str]:
     ``gpu02``) conflict whatever their runbooks' own ``locks:``.
     """
     if len(nodes) > MAX_PLAN_NODES:
-        raise PlanError(
-            f"the request names {len(nodes)} nodes; a plan may touch at most "
-            f"{MAX_PLAN_NODES} (it locks each node it touches): split it into smaller "
-            "hostlists")
+        raise PlanError(_too_many(len(nodes)))
     return [f"node:{node}" for node in sorted(nodes)]
+
+
+def _too_many(count: int) -> str:
+    return (f"the request names {count} nodes; a plan may touch at most {MAX_PLAN_NODES} "
+            "(it locks each node it touches): split it into smaller hostlists")
 
 
 def with_break_glass(plan: Plan, weakened: Sequence[WeakenedGuard] = ()) -> Plan:
@@ -327,6 +333,8 @@ def _plan_check(check: CheckSpec, context: Mapping[str, Any]) -> PlannedCheck:
         context = {k: escape_label_value(v) if isinstance(v, str) else v
                    for k, v in context.items()}
     spec = {kind: None if skipped else templating.render(getattr(check, kind), context)}
+    if check.include_silenced is False:  # only when said: other plans keep their hash
+        spec["include_silenced"] = False
     return PlannedCheck(
         name=check.name,
         kind=kind,

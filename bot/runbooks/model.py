@@ -112,6 +112,8 @@ class CheckSpec(Strict):
     command: str | None = None  # an allow-listed host command; its exit code is the value
     capacity: dict[str, Any] | None = None
     alerts: dict[str, str] | None = None
+    # an alerts check: do silenced and inhibited alerts count as firing? (unset: they do)
+    include_silenced: bool | None = None
     file: dict[str, Any] | None = None  # {path, max_age}: exists and is recent enough
     slurm: dict[str, Any] | None = None  # node states, accounts, slurmdbd queue
     expect: str | None = None
@@ -136,6 +138,8 @@ class CheckSpec(Strict):
             raise ValueError(f"a check needs exactly one of {', '.join(CHECK_KINDS)}")
         if kinds[0] in ("promql", "command") and self.expect is None:
             raise ValueError(f'a {kinds[0]} check needs expect (like "== 0")')
+        if self.include_silenced is not None and kinds[0] != "alerts":
+            raise ValueError("include_silenced belongs to an alerts check")
         return self
 
     @property

@@ -244,9 +244,19 @@ def _node(spec: ParamSpec, value: Any, inventory: Inventory) -> str:
 
 
 def _nodes(spec: ParamSpec, value: Any, inventory: Inventory) -> str:
-    """A hostlist (``gpu[01-04,07]``) of known nodes; kept in its compressed form."""
+    """A hostlist (``gpu[01-04,07]``) of known nodes; kept in its compressed form. One that
+    names more nodes than the inventory holds is refused from its ranges, before a name is
+    made (``gpu[0-99999999]`` costs nothing)."""
+    text = str(value)
     try:
-        names = hostlist.expand(str(value))
+        names = hostlist.expand(text, limit=len(inventory.nodes))
+    except hostlist.TooMany as exc:
+        held = len(inventory.nodes)
+        if not held:
+            raise ValueError(f'"{_short(text)}": not known (the inventory is empty)') from None
+        bound = (f"the inventory holds {held:,}" if exc.limit == held
+                 else f"at most {exc.limit:,} at once")
+        raise ValueError(f"{_short(text)} names {exc.count:,} nodes; {bound}") from None
     except ValueError as exc:
         raise ValueError(str(exc)) from None
     unknown = [name for name in names if name not in inventory.nodes]

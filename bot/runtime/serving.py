@@ -111,10 +111,14 @@ def alerts(bot: Service, body: bytes) -> Response:
         webhook = proposing.parse(body)
     except proposing.BadPayload as exc:
         return _json(400, {"error": str(exc)})
-    touched = proposing.receive(bot, webhook)
+    try:
+        touched = proposing.receive(bot, webhook)
+    except proposing.TooManyAlerts as exc:
+        return _json(413, {"error": str(exc)})
     return _json(200, {"proposals": [
         {"id": p.id, "runbook": p.runbook, "params": p.params, "state": p.state,
-         "alert_status": p.alert_status} for p in touched]})
+         "alert_status": p.alert_status, "fingerprint": p.fingerprint, "note": p.note}
+        for p in touched]})
 
 
 def _json(status: int, data: Any) -> Response:

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, select, update
 from sqlalchemy.exc import IntegrityError
 
 from bot.config import ScheduleConfig
-from bot.execution.approval import approval_problem, may_steer
+from bot.execution.approval import approval_problem, may_steer, unapprovable
 from bot.execution.planning import approval_policy
 from bot.schedule import ahead
 from bot.service import Preapproval, Service
@@ -274,6 +274,9 @@ def _add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, cron: st
     if runbook in ("open-window", "close-window"):
         raise Refused(f"{runbook} is run by maintenance windows: use `window create`")
     plan = bot.plan(runbook, raw)
+    problem = unapprovable(plan.approval, runbook)
+    if problem is not None:  # every run it fires would be refused
+        raise Refused(problem)
     now = now_iso()
     with bot.db.begin() as conn:
         schedule_id = _insert(conn, runbook=runbook, params=canonical(dict(raw)),

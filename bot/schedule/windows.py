@@ -19,9 +19,9 @@ from sqlalchemy import Connection, select, update
 
 from adapters.slurm import hostlist
 from bot.execution import locking
-from bot.execution.approval import approval_problem, may_steer
+from bot.execution.approval import approval_problem, may_steer, unapprovable
 from bot.execution.executions import TERMINAL
-from bot.execution.planning import approval_policy, runbook_nodes
+from bot.execution.planning import ApprovalPolicy, approval_policy, runbook_nodes
 from bot.runbooks.params import (
     CONTROL,
     SHELLISH,
@@ -258,6 +258,7 @@ def _create(bot: Service, nodes_text: str, user: str, start: str, duration: str,
     try:
         params = open_params(bot, window_id, nodes, seconds, reason)
         opening = bot.plan(OPEN_RUNBOOK, params)
+        _approvable(opening.approval, OPEN_RUNBOOK)
     except Refused:
         with bot.db.begin() as conn:
             conn.execute(maintenance_windows.delete().where(maintenance_windows.c.id == window_id))
@@ -278,8 +279,13 @@ def _create(bot: Service, nodes_text: str, user: str, start: str, duration: str,
 
 
 def _known_nodes(bot: Service, nodes_text: str) -> list[str]:
+    held = len(bot.inventory.nodes)
     try:
-        names = hostlist.expand(nodes_text)
+        names = hostlist.expand(nodes_text, limit=max(held, 1))
+    except hostlist.TooMany as exc:
+        limit = (f"the inventory holds {held:,}" if exc.limit >= held
+                 else f"at most {exc.limit:,} at once")
+        raise Refused(f'nodes "{nodes_text[:80]}" names {exc.count:,} nodes; {limit}') from None
     except ValueError as exc:
         raise Refused(f'nodes "{nodes_text[:80]}": {exc}') from None
     unknown = sorted(set(names) - bot.inventory.nodes)
@@ -306,6 +312,12 @@ def _when(bot: Service, start: str, duration: str, tz: str | None) -> tuple[date
     return starts, seconds
 
 
+def _approvable(policy: ApprovalPolicy, runbook: str) -> None:
+    problem = unapprovable(policy, runbook)
+    if problem is not None:  # the window could never be approved
+        raise Refused(f"runbooks: {problem}" if runbook != OPEN_RUNBOOK else problem)
+
+
 def _plans_inside(bot: Service, runbooks_text: str, window_nodes: frozenset[str],
                   nodes: str) -> list[dict[str, Any]]:
     """Plan each runbook to run inside the window; each must stay on the window's nodes."""
@@ -314,6 +326,7 @@ def _plans_inside(bot: Service, runbooks_text: str, window_nodes: frozenset[str]
         if name in (OPEN_RUNBOOK, CLOSE_RUNBOOK):
             raise Refused(f"runbooks: {name} is what the window itself runs")
         plan = bot.plan(name, params, window=window_nodes)
+        _approvable(plan.approval, name)
         outside = runbook_nodes(bot.runbook(name), plan.params) - window_nodes
         if outside:
             raise Refused(f"runbooks: {name} acts on {hostlist.compress(sorted(outside))}, "

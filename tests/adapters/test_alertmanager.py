@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,7 +26,9 @@ from pydantic import ValidationError
 from adapters.actions import ActionContext, ActionError
 from adapters.alertmanager import (
     BOT_AUTHOR,
+    Alert,
     AlertmanagerActions,
+    AlertmanagerBackend,
     AlertmanagerConfig,
     AlertmanagerUnavailable,
     ExpireSilenceArguments,
@@ -37,6 +39,7 @@ from adapters.alertmanager import (
     matchers_from,
     parse_time,
 )
+from adapters.alertmanager.fake import FakeAlertmanager
 from tests.adapters.monitoring import Monitoring, binaries, free_port, http_json, start_alertmanager
 
 WEIRD = 'we"ird\\host'
@@ -97,6 +100,75 @@ def test_action_arguments_and_plans() -> None:
         "amtool --alertmanager.url=http://am:9093 silence query --quiet 'node=\"gpu07\"'"
         "  # then expire each active or pending silence with exactly these matchers "
         "(amtool silence expire ID)"]
+
+
+def silenced_alerts_as_alertmanager_shows_them(
+        alertmanager: AlertmanagerBackend, post: Callable[[dict[str, str]], None],
+        run: str) -> None:
+    """What ``GET /api/v2/alerts`` answers about a silenced alert, for each filter: run
+    against the fake here and against a real Alertmanager below, so the fake stays true."""
+    post({"alertname": "GpuXid", "node": "gpu03", "run": run})
+    post({"alertname": "GpuXid", "node": "gpu05", "run": run})
+    silence_id = alertmanager.create_silence({"node": "gpu0[1-3]", "run": run}, None,
+                                             datetime.now(UTC) + timedelta(minutes=10),
+                                             "alice", "maintenance", regex=["node"])
+
+    def nodes(**flags: bool) -> list[str]:
+        return sorted(a.labels["node"] for a in alertmanager.alerts({"run": run}, **flags))
+
+    assert nodes() == ["gpu05"]  # the defaults: not silenced, not inhibited
+    assert nodes(silenced=True, inhibited=True) == ["gpu03", "gpu05"]  # an alerts check's
+    assert nodes(silenced=True, active=False) == ["gpu03"]
+    assert nodes(active=False) == []
+    (gpu03,) = [a for a in alertmanager.alerts({"run": run}, silenced=True)
+                if a.labels["node"] == "gpu03"]
+    assert (gpu03.state, gpu03.silenced_by, gpu03.inhibited_by) == (
+        "suppressed", (silence_id,), ())
+    assert alertmanager.expire_silence(silence_id) is True
+    assert nodes() == ["gpu03", "gpu05"]
+
+
+def test_the_fake_shows_silenced_alerts_as_alertmanager_does() -> None:
+    fake = FakeAlertmanager()
+
+    def post(labels: dict[str, str]) -> None:
+        fake.firing.append(Alert(labels, {}, "active", datetime.now(UTC) - timedelta(minutes=1),
+                                 fingerprint=",".join(sorted(labels.values()))))
+
+    silenced_alerts_as_alertmanager_shows_them(fake, post, "r1")
+
+
+def test_the_fake_filters_as_alertmanager_does() -> None:
+    """Alertmanager's filter (api/v2 alertFilter): ``active=false`` leaves out active alerts,
+    ``silenced=false`` silenced ones and ``inhibited=false`` inhibited ones, each on its own;
+    an alert that ended is never shown."""
+    now = datetime.now(UTC)
+    fake = FakeAlertmanager()
+    fake.firing += [
+        Alert({"alertname": "A"}, {}, "active", now, "1", inhibited_by=("9",)),
+        Alert({"alertname": "B"}, {}, "active", now, "2", silenced_by=("s7",),
+              inhibited_by=("9",)),
+        Alert({"alertname": "C"}, {}, "active", now, "3", ends_at=now - timedelta(seconds=1)),
+        Alert({"alertname": "D"}, {}, "unprocessed", now, "4"),
+    ]
+
+    def names(**flags: bool) -> list[str]:
+        return [a.labels["alertname"] for a in fake.alerts(None, **flags)]
+
+    assert names() == ["D"]
+    assert names(inhibited=True) == ["A", "D"]
+    assert names(silenced=True) == ["D"]  # B is inhibited too
+    assert names(silenced=True, inhibited=True) == ["A", "B", "D"]
+    assert names(silenced=True, inhibited=True, active=False) == ["A", "B", "D"]
+    assert [a.state for a in fake.alerts(silenced=True, inhibited=True)] == [
+        "suppressed", "suppressed", "unprocessed"]
+    fake.create_silence({"alertname": "D"}, None, now + timedelta(hours=1), "alice", "x")
+    fake.create_silence({"alertname": "A", "team": ""}, None, now + timedelta(hours=1), "bob",
+                        "a missing label matches the empty value")
+    assert [(a.labels["alertname"], a.silenced_by) for a in fake.alerts(silenced=True,
+                                                                        inhibited=True)] == [
+        ("A", ("s2",)), ("B", ("s7",)), ("D", ("s1",))]
+    assert names(silenced=True, inhibited=True, active=False) == ["A", "B", "D"]
 
 
 # --- against a real Alertmanager ------------------------------------------------------
@@ -174,6 +246,13 @@ def test_a_silence_suppresses_an_alert_until_expired(
     assert backend.expire_silence(silence_id) is False  # already expired
     silence = backend.get_silence(silence_id)
     assert silence is not None and silence.state == "expired"
+
+
+@pytest.mark.lab
+def test_alertmanager_shows_silenced_alerts_as_the_fake_does(
+        monitoring: Monitoring, backend: HttpAlertmanagerBackend, run: str) -> None:
+    silenced_alerts_as_alertmanager_shows_them(
+        backend, lambda labels: post_alert(monitoring, labels), run)
 
 
 @pytest.mark.lab

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import tracemalloc
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
@@ -28,7 +29,7 @@ from adapters.slurm import (
     parsing,
 )
 from adapters.slurm.fake import FakeSlurm as FakeBackend
-from adapters.slurm.hostlist import MAX_NAMES, compress, expand
+from adapters.slurm.hostlist import MAX_NAMES, TooMany, compress, expand, size
 from adapters.slurm.pyslurm_backend import make_backend
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -76,13 +77,73 @@ def test_expand_keeps_padding_over_a_large_range() -> None:
         ("gpu[a-b]", "not a number or a range"),
         ("gpu[]", "empty brackets"),
         ("a,,b", "empty name"),
-        ("gpu[0-99999]", f"more than {MAX_NAMES}"),
-        ("a[0-999]b[0-99]", f"more than {MAX_NAMES}"),
+        ("gpu[0-99999]", f"names 100,000 nodes, more than {MAX_NAMES:,}"),
+        ("a[0-999]b[0-99]", f"names 100,000 nodes, more than {MAX_NAMES:,}"),
+        ("gpu[" + "9" * 64 + "]", "more than 63 digits"),
     ],
 )
 def test_expand_refuses(expression: str, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("$", r"\$")):
         expand(expression)
+
+
+@pytest.mark.parametrize(
+    ("expression", "count"),
+    [
+        ("gpu07", 1),
+        ("gpu[01-04,07],cpu1", 6),
+        ("gpu[01-04,03-08]", 8),  # a number given twice in a bracket counts once
+        ("gpu[01-08],gpu[01-08]", 8),  # so does a part given twice
+        ("gpu[1-9,01-09]", 18),  # other widths are other names
+        ("rack[1-2]-gpu[01-04]", 8),
+        ("gpu[0-99999999]", 100_000_000),
+        ("gpu[" + ",".join(["0-9999"] * 1000) + "]", 10_000),
+        ("a[0-999999]b[0-999999]", 10**12),
+    ],
+)
+def test_size_counts_names_without_making_them(expression: str, count: int) -> None:
+    assert size(expression) == count
+    if count <= MAX_NAMES:
+        assert len(expand(expression)) == count
+
+
+def test_expand_keeps_the_order_names_are_first_given() -> None:
+    assert expand("gpu[07,01-04,03-08],gpu02,cpu1") == [
+        "gpu07", "gpu01", "gpu02", "gpu03", "gpu04", "gpu05", "gpu06", "gpu08", "cpu1"]
+    assert expand("gpu[5-6,1-9]") == [f"gpu{n}" for n in (5, 6, 1, 2, 3, 4, 7, 8, 9)]
+
+
+def test_expand_refuses_more_names_than_its_limit_naming_both() -> None:
+    assert expand("gpu[01-08]", limit=8) == [f"gpu{n:02d}" for n in range(1, 9)]
+    assert expand("gpu[01-08],gpu[01-08],gpu01", limit=8)[-1] == "gpu08"  # repeats are free
+    with pytest.raises(TooMany, match=r"'gpu\[0-9999\]' names 10,000 nodes, more than 8") as caught:
+        expand("gpu[0-9999]", limit=8)
+    assert (caught.value.count, caught.value.limit) == (10_000, 8)
+    with pytest.raises(TooMany, match=rf"names 100,000,000 nodes, more than {MAX_NAMES:,}"):
+        expand("gpu[0-99999999]", limit=10**9)  # MAX_NAMES stays the ceiling
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "gpu[" + ",".join(["0-9999"] * 500) + "]",  # 5 million names before, as written
+        ",".join(["gpu[0-9999]"] * 500),
+        ",".join(f"gpu[0-9999]x{n}" for n in range(500)),
+        "gpu[0-99999999]",
+        "a[0-99999]b[0-99999]c[0-99999]",
+    ],
+)
+def test_a_huge_hostlist_is_refused_before_a_name_is_made(expression: str) -> None:
+    tracemalloc.start()
+    try:
+        with pytest.raises(TooMany, match=r"more than 8$") as caught:
+            expand(expression, limit=8)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert caught.value.count >= 10_000
+    assert peak < 5_000_000  # bytes: ten thousand short names at most, never millions
+    assert len(str(caught.value)) < 200  # the expression is cut short in the message
 
 
 @pytest.mark.parametrize(

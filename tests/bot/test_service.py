@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ from adapters.slurm import hostlist
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.health import HealthCheckAction
 from adapters.slurm.rolling import DriverRolloutAction
+from bot.config import Config
 from bot.execution.engine import Engine
-from bot.execution.planning import MAX_PLAN_NODES
+from bot.execution.planning import MAX_PLAN_NODES, PlanError, runbook_nodes
 from bot.runbooks.catalogue import KNOWN, Catalogue
 from bot.service import Service
 from bot.store import audit
@@ -169,6 +171,33 @@ def test_unknown_runbook_suggests(make_bot: BotFactory) -> None:
         bot.request("dmeo", {"node": "gpu01"}, "alice")
 
 
+def test_nobody_approves_by_default_so_a_run_needing_approval_is_refused_at_once(
+        make_bot: BotFactory) -> None:
+    """No `approvers:`: nobody may approve. A request that needs approvals is refused when it
+    is asked for, saying what to configure, and leaves only the refusal's audit event; one
+    that needs none runs, and a runbook naming its own approvers is unaffected."""
+    own = {"required": 1, "approvers": ["group:gpu-leads"]}
+    bot = make_bot({"drain-node": medium(name="drain-node"),
+                    "quick": runbook([record("q", "q")], name="quick"),
+                    "owned": medium(name="owned", approval=own)},
+                   approvers=Config().approvers)
+    bot.runbooks()
+    before = kinds(bot)
+    with pytest.raises(Refused) as refused:
+        bot.request("drain-node", {"node": "gpu01"}, "alice")
+    assert str(refused.value) == (
+        "drain-node needs 1 approval but nobody may approve it: set approvers: in the "
+        "configuration or approval.approvers in the runbook")
+    assert kinds(bot) == [*before, "refused"]
+    with bot.db.connect() as conn:
+        assert conn.execute(select(locks_table)).all() == []
+    assert bot.get(bot.request("quick", {"node": "gpu02"}, "alice")).state == "approved"
+    owned = bot.request("owned", {"node": "gpu03"}, "alice")
+    assert bot.approve(owned, "carol").state == "approved"
+    policy = bot.plan("drain-node", {"node": "gpu01"}).approval
+    assert policy.describe().startswith("1 approval(s) from nobody")
+
+
 def test_requester_must_be_allowed(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": medium()})
     with pytest.raises(Refused, match="mallory may not request"):
@@ -275,6 +304,39 @@ def test_a_big_hostlist_is_one_lock_per_node_and_a_huge_one_is_refused(make_bot:
     assert sum(1 for ex in held_locks(bot).values() if ex == biggest) == MAX_PLAN_NODES
     with pytest.raises(Refused, match="names 4097 nodes; a plan may touch at most 4096"):
         bot.plan("many", {"nodes": "gpu[0001-4097]"})
+
+
+@pytest.mark.parametrize(("nodes", "count"), [
+    ("gpu[0-9999]", 10_000),
+    ("gpu[" + ",".join(["0-9999"] * 500) + "]", 10_000),  # once 5 million names made
+    (",".join(f"gpu[0-9999]-{n}" for n in range(400)), 4_000_000),
+    ("gpu[0-99999999]", 100_000_000),
+])
+def test_a_hostlist_beyond_the_inventory_is_refused_before_it_is_expanded(
+        make_bot: BotFactory, nodes: str, count: int) -> None:
+    bot = make_bot({"many": nodes_runbook("many")})
+    tracemalloc.start()
+    try:
+        started = time.perf_counter()
+        with pytest.raises(Refused) as refused:
+            bot.plan("many", {"nodes": nodes})
+        took = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    shown = nodes if len(nodes) <= 60 else f"{nodes[:60]}... ({len(nodes)} characters)"
+    assert str(refused.value) == (
+        f"many: nodes: {shown} names {count:,} nodes; the inventory holds 4")
+    assert peak < 5_000_000, (took, peak)  # bytes: never millions of names
+
+
+def test_a_plan_refuses_a_hostlist_over_its_cap_from_the_ranges(make_bot: BotFactory) -> None:
+    """Past the parameters (an inventory as big as the hostlist), planning's own cap is
+    decided from the ranges too."""
+    loaded = make_bot({"many": nodes_runbook("many")}).runbook("many")
+    with pytest.raises(PlanError, match=r"names 100000000 nodes; a plan may touch at most 4096"):
+        runbook_nodes(loaded, {"nodes": "gpu[0-99999999]"})
+    assert len(runbook_nodes(loaded, {"nodes": "gpu[0001-4096]"})) == MAX_PLAN_NODES
 
 
 def test_racing_overlapping_requests_take_all_their_nodes_or_none(make_bot: BotFactory,

@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.actions import ActionError
-from adapters.alertmanager import AlertmanagerBackend
+from adapters.alertmanager import Alert, AlertmanagerBackend, Silence
 from adapters.prometheus import Expectation, PrometheusBackend, judge
 from adapters.prometheus.verdict import SHOWN
 from bot.execution.checks.core import Outcome
 from bot.execution.planning import PlannedCheck
 
-MAX_SHOWN = SHOWN  # failing series named in a verdict
+MAX_SHOWN = SHOWN  # failing series named in a verdict; silenced alerts named in a failure
+MAX_COMMENT = 100  # characters of a silence's comment in a failure
 
 
 class PromqlEvaluator:
@@ -58,9 +59,14 @@ class AlertsEvaluator:
     """Evaluates an ``alerts:`` check: no such alert may be firing::
 
         alerts: {node: "{{ node }}", severity: critical}
+        include_silenced: false       # optional: silenced and inhibited alerts do not count
 
-    Alertmanager not answering fails it with the reason. Pending alerts (from Prometheus,
-    when configured) are reported, never fatal.
+    A silenced or inhibited alert is still firing, and counts unless the check says
+    ``include_silenced: false``: the bot's own maintenance-window silence must not hide a
+    failing GPU from the check that decides whether work goes on. A failure names each
+    silence that hid a counted alert (its ID, who made it and why). Alertmanager not
+    answering fails it with the reason. Pending alerts (from Prometheus, when configured)
+    are reported, never fatal.
     """
 
     def __init__(self, alertmanager: AlertmanagerBackend,
@@ -70,17 +76,54 @@ class AlertsEvaluator:
 
     def __call__(self, check: PlannedCheck, deadline: float) -> Outcome:
         labels = {str(k): str(v) for k, v in dict(check.spec["alerts"]).items()}
+        counted = check.spec.get("include_silenced", True) is not False
         try:
-            firing = self._alertmanager.alerts(labels)
+            firing = self._alertmanager.alerts(labels, silenced=counted, inhibited=counted)
         except ActionError as exc:
             return Outcome(False, None, str(exc))
         pending = self._pending(labels)
         names = sorted({a.labels.get("alertname", "?") for a in firing})
         note = f"; pending: {', '.join(pending)}" if pending else ""
         if firing:
-            return Outcome(False, len(firing), f"firing: {', '.join(names)}{note}",
-                           {"firing": [dict(a.labels) for a in firing], "pending": pending})
-        return Outcome(True, 0, f"no alert firing for {labels}{note}", {"pending": pending})
+            suppressed, silences = self._suppressed(firing)
+            return Outcome(False, len(firing), f"firing: {', '.join(names)}{suppressed}{note}",
+                           {"firing": [dict(a.labels) for a in firing], "pending": pending,
+                            "silences": silences})
+        ignored = "" if counted else " (silenced and inhibited alerts not counted)"
+        return Outcome(True, 0, f"no alert firing for {labels}{ignored}{note}",
+                       {"pending": pending})
+
+    def _suppressed(self, firing: list[Alert]) -> tuple[str, list[dict[str, Any]]]:
+        """The counted alerts that a silence or an inhibition hides, as text (each silence
+        by ID, creator and comment), and the silences for the audit log."""
+        silenced = [a for a in firing if a.silenced_by][:MAX_SHOWN]
+        inhibited = [a for a in firing if a.inhibited_by and not a.silenced_by][:MAX_SHOWN]
+        ids = list(dict.fromkeys(i for a in silenced for i in a.silenced_by))[:MAX_SHOWN]
+        found = {i: self._silence(i) for i in ids}
+        parts = []
+        if silenced:
+            parts.append("; silenced, counted all the same: " + ", ".join(
+                f"{_name(a)} by " + ", ".join(_described(i, found.get(i)) for i in a.silenced_by)
+                for a in silenced))
+        if inhibited:
+            by_fingerprint = {a.fingerprint: _name(a) for a in firing}
+            parts.append("; inhibited, counted all the same: " + ", ".join(
+                f"{_name(a)} by " + ", ".join(by_fingerprint.get(f, f"alert {f}")
+                                              for f in a.inhibited_by)
+                for a in inhibited))
+        if parts:
+            parts.append(" (include_silenced: false ignores them)")
+        silences = [s.as_dict() if isinstance(s, Silence) else {"silence_id": i, "problem": s}
+                    for i, s in found.items()]
+        return "".join(parts), silences
+
+    def _silence(self, silence_id: str) -> Silence | str:
+        """The silence, or why it cannot be shown (the check fails all the same)."""
+        try:
+            found = self._alertmanager.get_silence(silence_id)
+        except ActionError as exc:
+            return f"not readable: {exc}"
+        return found if found is not None else "not found"
 
     def _pending(self, labels: dict[str, str]) -> list[str]:
         if self._prometheus is None:
@@ -94,3 +137,18 @@ class AlertsEvaluator:
             if a.get("state") == "pending"
             and all(a.get("labels", {}).get(k) == v for k, v in labels.items())
         })
+
+
+def _name(alert: Alert) -> str:
+    """An alert as a failure names it: its alertname, and its node when it has one."""
+    name = alert.labels.get("alertname", "?")
+    node = alert.labels.get("node") or alert.labels.get("Hostname")
+    return f"{name} on {node}" if node else name
+
+
+def _described(silence_id: str, silence: Silence | str | None) -> str:
+    if not isinstance(silence, Silence):
+        return f"silence {silence_id}" + (f" ({silence})" if silence else "")
+    comment = silence.comment if len(silence.comment) <= MAX_COMMENT else (
+        silence.comment[:MAX_COMMENT] + "...")
+    return f'silence {silence_id} ({silence.created_by or "nobody"}: "{comment}")'

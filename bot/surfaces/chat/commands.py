@@ -7,12 +7,14 @@ knows no chat surface (Slack and ``runbook chat`` call it).
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable
 
 from adapters.actions import ActionError
 from bot.alerts import proposing
 from bot.execution import executions
 from bot.execution.planning import approval_policy
+from bot.runbooks.model import STEP_ID
 from bot.runbooks.params import ParamError, params_text, parse_assignments, split_words
 from bot.service import Service
 from bot.store.words import State
@@ -32,7 +34,7 @@ runbook commands:
   status ID | show ID           one execution, or its timeline
   history [node=NAME]           recent executions
   node NAME                     Slurm, Kubernetes and GPU telemetry of a node
-  confirm ID [no]               answer the question a running step asks
+  confirm ID [yes|no]           answer the question a running step asks
   proposals                     runbooks proposed by alerts
   proposal run ID | proposal dismiss ID [reason]
   schedule add NAME key=value... cron="0 2 * * SAT" [tz=Europe/Istanbul] [approve=ahead]
@@ -52,7 +54,8 @@ def handle(bot: Service, line: str, user: str) -> Reply:
 
         help | list | describe NAME | plan NAME k=v... | run NAME k=v... | approve ID
         | deny ID [reason] | cancel ID | status ID | show ID | history [node=N] | node NAME
-        | confirm ID [no] | proposals | proposal run ID | proposal dismiss ID [reason]
+        | confirm ID [yes|no] [step=STEP] [plan=HASH] | proposals | proposal run ID
+        | proposal dismiss ID [reason]
         | schedule ... | window ...   (bot.surfaces.chat.scheduled)
 
     Any text gets a helpful answer, never a stack trace: unknown commands and runbooks
@@ -80,6 +83,31 @@ def handle(bot: Service, line: str, user: str) -> Reply:
 
 class _Usage(Exception):
     """The command's words are wrong; the message is the command's usage."""
+
+
+# What a line does, for a surface that lets some people only read (Slack users the
+# configuration does not name): "read" changes nothing; "decide" approves, denies or answers
+# for a run (approve, deny, confirm, schedule approve, window approve); "act" is the rest.
+READ_VERBS = ("help", "list", "describe", "status", "show", "history", "node", "proposals")
+DECIDE_VERBS = frozenset({"approve", "deny", "confirm"})
+NOUNS_WITH_READS = frozenset({"schedule", "window"})  # their list and show read
+
+
+def kind_of(line: str) -> str:
+    """"read", "decide" or "act": what ``line`` would do if it were answered."""
+    try:
+        words = split_words(line.strip().removeprefix("/runbook").strip())
+    except ParamError:
+        return "read"  # answered with what is wrong in it, nothing else
+    verb = words[0].lower() if words else "help"
+    sub = words[1].lower() if len(words) > 1 else "list"
+    if verb in READ_VERBS or verb not in COMMANDS:  # an unknown verb gets a suggestion
+        return "read"
+    if verb in DECIDE_VERBS or (verb in NOUNS_WITH_READS and sub == "approve"):
+        return "decide"
+    if verb in NOUNS_WITH_READS and sub in ("list", "show"):
+        return "read"
+    return "act"
 
 
 def _one_id(args: list[str], usage: str) -> int:
@@ -181,10 +209,28 @@ def _node(bot: Service, args: list[str], user: str) -> Reply:
     return Reply(nodeview.text(nodeview.build(bot, args)[0]))
 
 
+ANSWERS = {"yes": True, "y": True, "true": True, "no": False, "n": False, "false": False}
+PLAN_HASH = re.compile(r"^[0-9a-f]{64}$")
+
+
 def _confirm(bot: Service, args: list[str], user: str) -> Reply:
-    execution_id = _one_id(args, "confirm ID [no]")
-    yes = not (len(args) > 1 and args[1].lower() in ("no", "n", "false"))
-    question = bot.confirm(execution_id, user, yes, None)
+    """``confirm ID [yes|no]``; a Yes/No button adds ``step=STEP plan=HASH``, the question
+    and the plan it was posted for, so that a stale button answers nothing."""
+    usage = "confirm ID [yes|no]"
+    execution_id = _one_id(args, usage)
+    rest = args[1:]
+    yes = True
+    if rest and "=" not in rest[0]:
+        word = rest.pop(0).lower()
+        if word not in ANSWERS:
+            raise _Usage(usage)
+        yes = ANSWERS[word]
+    given = parse_assignments(rest)
+    step, plan_hash = given.pop("step", None), given.pop("plan", None)
+    if (given or (step is not None and not STEP_ID.fullmatch(step))
+            or (plan_hash is not None and not PLAN_HASH.fullmatch(plan_hash))):
+        raise _Usage(usage + " [step=STEP] [plan=HASH]")
+    question = bot.confirm(execution_id, user, yes, None, step=step, plan_hash=plan_hash)
     return Reply(f"execution {execution_id}: {user} answered {'yes' if yes else 'no'} to "
                  f"{question!r}", execution_id=execution_id)
 

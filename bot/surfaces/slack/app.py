@@ -3,7 +3,8 @@
 Every listener acknowledges first and hands the work to a pool of its own, so a
 slow plan (Prometheus, Slurm) never holds up the next acknowledgement. The work
 is one line of the chat grammar given to ``commands.handle``: a button is the
-command it stands for (Approve on execution 12 is ``approve 12``).
+command it stands for (Approve on execution 12 is ``approve 12``). A Slack user not in
+``slack.users`` is refused every line but the reading ones first (``Identities.refusal``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from slack_bolt import App
 
 from bot.service import Service
 from bot.surfaces.chat import commands
+from bot.surfaces.chat.reply import Reply
 from bot.surfaces.slack import deliveries
 from bot.surfaces.slack.identity import Identities
 from bot.surfaces.slack.secrets import SlackSecrets
+from kit.errors import Refused
 
 log = logging.getLogger(__name__)
 ACK_THREADS = 32  # Bolt's pool only acknowledges; the work runs in the surface's own pool
@@ -41,8 +44,11 @@ class Listeners:
         self.work.submit(self._guard, self._command, body, respond)
 
     def _command(self, body: dict[str, Any], respond: Any) -> None:
-        user = self.identities.name(body["user_id"])
-        reply = commands.handle(self.bot, body.get("text", ""), user)
+        person = self.identities.who(body["user_id"])
+        line = body.get("text", "")
+        refusal = self.identities.refusal(person, line)
+        reply = (Reply(refusal, ok=False) if refusal is not None
+                 else commands.handle(self.bot, line, person.name))
         respond(text=_as_code(reply.text), response_type="ephemeral", replace_original=False)
         if reply.execution_id is not None:
             self.changed()
@@ -54,9 +60,10 @@ class Listeners:
         self.work.submit(self._guard, self._button, body, action)
 
     def _button(self, body: dict[str, Any], action: dict[str, Any]) -> None:
-        user = self.identities.name(body["user"]["id"])
+        person = self.identities.who(body["user"]["id"])
         line, problem = self._line_for(action)
-        text = problem or commands.handle(self.bot, line, user).text
+        text = (self.identities.refusal(person, line) or problem
+                or commands.handle(self.bot, line, person.name).text)
         channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
             "channel_id")
         if channel:
@@ -64,21 +71,30 @@ class Listeners:
         self.changed()
 
     def _line_for(self, action: dict[str, Any]) -> tuple[str, str | None]:
-        """The chat command a button stands for, or why it no longer applies."""
+        """The chat command a button stands for, and why it no longer applies (or None)."""
         name, value = action.get("action_id", ""), str(action.get("value", ""))
         head, _, tail = value.partition(":")
         if not head.isdigit():
             return "", f"this button carries no valid ID ({value[:40]!r})"
         if name in ("approve", "deny"):
-            current = self.bot.get(int(head)).plan_hash
+            line = (f"approve {head}" if name == "approve"
+                    else f'deny {head} "denied from Slack"')
+            try:
+                current = self.bot.get(int(head)).plan_hash
+            except Refused as exc:
+                return line, str(exc)
             if tail != current:
-                return "", (f"execution {head}: the plan changed since this message was "
-                            "posted; look at the new plan before deciding")
-            return (f"approve {head}" if name == "approve"
-                    else f'deny {head} "denied from Slack"'), None
+                return line, (f"execution {head}: the plan changed since this message was "
+                              "posted; look at the new plan before deciding")
+            return line, None
+        if name in ("confirm_yes", "confirm_no"):
+            # ID:STEP:PLAN_HASH (ID:STEP on a button posted before the plan was added)
+            step, _, plan_hash = tail.partition(":")
+            answer = "yes" if name == "confirm_yes" else "no"
+            return (f"confirm {head} {answer}" + (f" step={step}" if step else "")
+                    + (f" plan={plan_hash}" if plan_hash else "")), None
         lines = {"cancel": f"cancel {head}", "run_proposal": f"proposal run {head}",
-                 "dismiss_proposal": f"proposal dismiss {head}",
-                 "confirm_yes": f"confirm {head}", "confirm_no": f"confirm {head} no"}
+                 "dismiss_proposal": f"proposal dismiss {head}"}
         if name not in lines:
             return "", f"unknown button {name[:40]!r}"
         return lines[name], None

@@ -187,8 +187,10 @@ def proposal_message(proposal: Any) -> Message:
     return Message(f"{proposal.alertname}: proposes {proposal.runbook} {params}", blocks)
 
 
-def confirm_message(execution_id: int, step_id: str, question: str) -> Message:
-    value = f"{execution_id}:{step_id}"
+def confirm_message(execution_id: int, step_id: str, question: str, plan_hash: str) -> Message:
+    """The question with Yes/No buttons that carry the step and the plan it was asked for:
+    a click that no longer matches what is pending is refused, never answers another."""
+    value = f"{execution_id}:{step_id}:{plan_hash}"
     return Message(f"execution {execution_id} asks: {question}", [
         _section(f"❓ *{question}* (execution {execution_id}, step `{step_id}`)"),
         {"type": "actions", "block_id": f"confirm-{execution_id}", "elements": [

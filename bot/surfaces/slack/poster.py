@@ -158,7 +158,8 @@ class Poster:
             question = confirming.pending(conn, ex.id)
         if question is not None:
             subject = f"confirm:{ex.id}:{question.step_id}"
-            message = blocks.confirm_message(ex.id, question.step_id, question.question)
+            message = blocks.confirm_message(ex.id, question.step_id, question.question,
+                                             ex.plan_hash)
             self._post(subject, message, thread_ts=root_ts)
         for subject, ts, _ in self._open_messages(f"confirm:{ex.id}:%"):
             step_id = subject.split(":", 2)[2]

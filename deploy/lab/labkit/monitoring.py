@@ -110,6 +110,7 @@ receivers:
     webhook_configs:
       - url: {webhook_url(ports)}
         send_resolved: true
+        max_alerts: 200  # the bot's server.max_alerts_per_request: more is refused whole
 """
 
 

@@ -16,7 +16,11 @@ from typing import Any
 import pytest
 
 from bot.alerts import proposing
+from bot.config import ServerConfig
 from bot.runtime.serving import make_handler
+from bot.store import audit
+from bot.surfaces.chat import commands
+from kit.errors import Refused
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
 from tests.conftest import BotFactory
@@ -100,6 +104,18 @@ def test_run_and_dismiss(served: Any) -> None:
         proposing.run(bot, second.id, "alice")
 
 
+def test_only_a_requester_may_dismiss(served: Any) -> None:
+    bot, url = served
+    post(url, webhook(alert("GpuXidFallenOffBus", "gpu01", fingerprint="d")))
+    proposal = proposing.listing(bot)[0]
+    with pytest.raises(Refused, match="mallory may not dismiss proposals"):
+        proposing.dismiss(bot, proposal.id, "mallory", "not my problem")
+    assert [p.id for p in proposing.listing(bot)] == [proposal.id]  # still open
+    answer = commands.handle(bot, f"proposal dismiss {proposal.id}", "mallory")
+    assert not answer.ok and "requesters: group:oncall, group:gpu-leads" in answer.text
+    assert proposing.dismiss(bot, proposal.id, "alice", None).state == "dismissed"
+
+
 def test_auto_run_only_for_low_risk(served: Any) -> None:
     bot, url = served
     post(url, webhook(alert("GpuTemperatureHigh", "gpu01", fingerprint="t"),
@@ -117,6 +133,66 @@ def test_unknown_node_is_recorded_as_refused(served: Any) -> None:
     code, body = post(url, webhook(alert("GpuXidFallenOffBus", "gpu99")))
     assert code == 200 and body["proposals"][0]["state"] == "refused"
     assert proposing.listing(bot) == []
+
+
+def refusals(bot: Any) -> list[dict[str, Any]]:
+    with bot.db.connect() as conn:
+        return [e["data"] for e in audit.events(conn) if e["kind"] == "proposal_refused"]
+
+
+def test_an_alert_without_a_label_its_rule_uses_is_refused_and_the_batch_goes_on(
+        served: Any) -> None:
+    bot, url = served
+    bare = alert("GpuXidFallenOffBus", "gpu02", fingerprint="b")
+    del bare["labels"]["node"]
+    code, body = post(url, webhook(alert("GpuXidFallenOffBus", "gpu01", fingerprint="a"), bare,
+                                   alert("GpuXidFallenOffBus", "gpu03", fingerprint="c")))
+    assert code == 200
+    assert [(p["fingerprint"], p["state"], p["params"]) for p in body["proposals"]] == [
+        ("a", "open", {"node": "gpu01"}), ("b", "refused", {}), ("c", "open", {"node": "gpu03"})]
+    reason = body["proposals"][1]["note"]
+    assert reason == ("parameter node: template '{{ labels.node }}': 'dict object' has no "
+                      "attribute 'node' (the alert's labels: alertname, gpu)")
+    assert [(r["fingerprint"], r["reason"]) for r in refusals(bot)] == [("b", reason)]
+    assert sorted(p.params["node"] for p in proposing.listing(bot)) == ["gpu01", "gpu03"]
+
+
+def test_an_alert_that_fails_otherwise_is_refused_and_the_batch_goes_on(
+        served: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    bot, url = served
+    real = bot.plan
+
+    def plan(name: str, params: dict[str, str], **kwargs: Any) -> Any:
+        if params.get("node") == "gpu02":
+            raise RuntimeError("something unforeseen")
+        return real(name, params, **kwargs)
+
+    monkeypatch.setattr(bot, "plan", plan)
+    code, body = post(url, webhook(*(alert("GpuXidFallenOffBus", node, fingerprint=node)
+                                      for node in ("gpu01", "gpu02", "gpu03"))))
+    assert code == 200
+    assert [(p["fingerprint"], p["state"], p["note"]) for p in body["proposals"]] == [
+        ("gpu01", "open", None),
+        ("gpu02", "refused", "could not be proposed: RuntimeError: something unforeseen"),
+        ("gpu03", "open", None)]
+    assert [r["fingerprint"] for r in refusals(bot)] == ["gpu02"]
+
+
+def test_a_request_of_too_many_alerts_is_refused_whole(served: Any) -> None:
+    bot, url = served
+    assert bot.config.server.max_alerts_per_request == 200
+    many = [alert("GpuXidFallenOffBus", "gpu01", fingerprint=f"m{n}") for n in range(201)]
+    code, body = post(url, webhook(*many))
+    assert (code, body) == (413, {"error": (
+        "201 alerts in one request; at most 200 are taken (server.max_alerts_per_request): "
+        "set max_alerts in Alertmanager's webhook_config to at most that")})
+    bot.config = bot.config.model_copy(update={
+        "server": ServerConfig(max_alerts_per_request=2)})
+    code, _ = post(url, webhook(*many[:3]))
+    assert code == 413
+    assert proposing.listing(bot, open_only=False) == []
+    code, body = post(url, webhook(*many[:2]))
+    assert code == 200 and [p["fingerprint"] for p in body["proposals"]] == ["m0", "m1"]
 
 
 @pytest.mark.parametrize("body, message", [

@@ -162,6 +162,34 @@ def test_empty_inventory_says_so() -> None:
     assert "the inventory is empty" in caught.value.problems[0]
 
 
+def test_nodes_are_known_and_compressed() -> None:
+    assert ok(one(type="nodes"), "gpu[03,01-02],gpu02") == "gpu[01-03]"
+    assert refused_value(one(type="nodes"), "gpu[01-04]") == (
+        "value: gpu04: not known node(s) (1 of 4)")
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("gpu[01-06]", "gpu[01-06] names 6 nodes; the inventory holds 5"),
+        ("gpu[0-9999]", "gpu[0-9999] names 10,000 nodes; the inventory holds 5"),
+        ("gpu[0-99999999]", "gpu[0-99999999] names 100,000,000 nodes; the inventory holds 5"),
+        ("gpu[" + ",".join(["0-9999"] * 500) + "]",
+         "gpu[" + "0-9999," * 8 + "... (3504 characters) names 10,000 nodes; the inventory "
+         "holds 5"),
+    ],
+)
+def test_nodes_beyond_the_inventory_are_refused_from_their_ranges(value: str,
+                                                                 problem: str) -> None:
+    assert refused_value(one(type="nodes"), value) == f"value: {problem}"
+
+
+def test_nodes_over_an_empty_inventory_say_so() -> None:
+    with pytest.raises(ParamError) as caught:
+        validate(one(type="nodes"), {"value": "gpu[01-02]"}, Inventory())
+    assert caught.value.problems == ['value: "gpu[01-02]": not known (the inventory is empty)']
+
+
 @pytest.mark.parametrize(
     "value", ["gpu01;reboot", "gpu01 ", "gpu01\n", "$(id)", "-gpu01", "", "g" * 64, "gpu01/x"]
 )

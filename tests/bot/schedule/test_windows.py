@@ -234,7 +234,10 @@ def test_a_plain_plan_keeps_its_hash(bot: Service) -> None:
 
 
 @pytest.mark.parametrize("nodes, start, duration, runbooks, message", [
-    ("gpu[03-09]", "2030-01-01 02:00", "2h", "", "not known node"),
+    ("gpu[03-05]", "2030-01-01 02:00", "2h", "", "gpu05: not known node"),
+    ("gpu[0-99999999]", "2030-01-01 02:00", "2h", "", "names 100,000,000 nodes; the inventory "
+                                                    "holds 4"),
+    ("gpu[03-09]", "2030-01-01 02:00", "2h", "", "names 7 nodes; the inventory holds 4"),
     ("gpu[03", "2030-01-01 02:00", "2h", "", "nodes"),
     ("gpu03", "2020-01-01 02:00", "2h", "", "is in the past"),
     ("gpu03", "tomorrow", "2h", "", 'start="tomorrow" is not a time'),

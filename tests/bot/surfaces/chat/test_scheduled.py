@@ -92,7 +92,9 @@ def test_schedule_add_list_approve_pause(bot: Service) -> None:
     ("window create gpu02 duration=2h", "usage: window create NODES"),
     ("window create gpu02 start=now duration=2h colour=blue", "usage: window create"),
     ("window show 3", "there is no maintenance window 3"),
-    ('window create gpu[02-09] start=now duration=2h', "not known node"),
+    ('window create gpu[02-05] start=now duration=2h', "gpu05: not known node"),
+    ('window create gpu[02-09] start=now duration=2h',
+     'nodes "gpu[02-09]" names 8 nodes; the inventory holds 4'),
 ])
 def test_helpful_refusals(bot: Service, line: str, expected: str) -> None:
     reply = say(bot, line)

@@ -56,9 +56,26 @@ def test_request_then_approval_by_another_person(bot: Service) -> None:
     ("status 99", "there is no execution 99"),
     ("node gpu9", "did you mean"),
     ("", "runbook commands:"),
+    ("confirm 1 maybe", "usage: confirm ID [yes|no]"),  # once answered yes
+    ("confirm 1 yes step=Bad!", "usage: confirm ID [yes|no] [step=STEP] [plan=HASH]"),
+    ("confirm 1 no plan=abc", "usage: confirm ID [yes|no] [step=STEP] [plan=HASH]"),
+    ("confirm 1 no note=x", "usage: confirm ID [yes|no] [step=STEP] [plan=HASH]"),
 ])
 def test_helpful_answers(bot: Service, line: str, expected: str) -> None:
     assert expected in commands.handle(bot, line, "alice").text
+
+
+@pytest.mark.parametrize("line, kind", [
+    ("list", "read"), ("help", "read"), ("", "read"), ("status 3", "read"), ("proposals", "read"),
+    ("history node=gpu01", "read"), ("schedule", "read"), ("window show 2", "read"),
+    ("aprove 1", "read"), ('run demo node="gpu01', "read"),  # answered with what is wrong
+    ("approve 1", "decide"), ("deny 1 no", "decide"), ("confirm 1 no", "decide"),
+    ("schedule approve 2", "decide"), ("window approve 2", "decide"),
+    ("run demo node=gpu01", "act"), ("plan demo node=gpu01", "act"), ("cancel 1", "act"),
+    ("proposal dismiss 1", "act"), ("schedule add demo node=gpu01 cron=x", "act"),
+])
+def test_what_a_line_does(line: str, kind: str) -> None:
+    assert commands.kind_of(line) == kind
 
 
 def test_plan_and_describe_and_history(bot: Service) -> None:

@@ -214,7 +214,10 @@ def test_two_person_approval_progress_and_summary(bot: Service, slack: SlackClie
                                  if "Is the GPU replaced?" in str(c["args"].get("text"))],
                         message="the question posted in the thread")[0]
     assert confirm["args"]["thread_ts"] == root_ts(fake, execution_id)
-    slack.click("confirm_yes", f"{execution_id}:ask", ALICE)
+    yes = next(e["value"] for b in confirm["args"]["blocks"] if b["type"] == "actions"
+               for e in b["elements"] if e["action_id"] == "confirm_yes")
+    assert yes == f"{execution_id}:ask:{bot.get(execution_id).plan_hash}"  # step and plan
+    slack.click("confirm_yes", yes, ALICE)
     wait_state(bot, execution_id, "succeeded")
 
     final = root_text(fake, execution_id, "succeeded")

@@ -12,6 +12,7 @@ import pytest
 
 from bot.config import Config, SlackConfig, load_config
 from bot.service import Service
+from bot.store import audit
 from bot.surfaces.slack import blocks, deliveries
 from bot.surfaces.slack.app import Listeners
 from bot.surfaces.slack.identity import Identities
@@ -110,15 +111,30 @@ class Inline(Executor):
         return done
 
 
-def listeners_for(config: Config, bot: Service) -> tuple[Listeners, FakeClient]:
+def listeners_for(config: Config, bot: Service, clock: Callable[[], float] = lambda: 5.0,
+                  ) -> tuple[Listeners, FakeClient]:
+    """Listeners on a fake Slack; the clock reads 5 s, as on a host that has just booted."""
     client = FakeClient()
-    return Listeners(bot, client, Identities(config, client), Inline(),
+    return Listeners(bot, client, Identities(config, client, clock=clock), Inline(),
                      lambda: None), client
 
 
-def click(listeners: Listeners, user: str, action_id: str, value: str) -> None:
+def click(listeners: Listeners, user: str, action_id: str, value: str) -> str:
+    """Click a button as ``user``; the answer only they see."""
     listeners.button(lambda: None, {"user": {"id": user}, "channel": {"id": "C1"}},
                      {"action_id": action_id, "value": value})
+    client = listeners.client
+    assert client.calls[-1][0] == "chat.postEphemeral" and client.calls[-1][1]["user"] == user
+    return str(client.calls[-1][1]["text"])
+
+
+def slash(listeners: Listeners, user: str, text: str) -> str:
+    """``/runbook text`` as ``user``; the answer (always ephemeral)."""
+    answers: list[dict[str, Any]] = []
+    listeners.command(lambda: None, {"user_id": user, "text": text},
+                      lambda **kwargs: answers.append(kwargs))
+    assert answers[-1]["response_type"] == "ephemeral"
+    return str(answers[-1]["text"])
 
 
 def test_buttons_are_commands_of_the_grammar(make_bot: BotFactory) -> None:
@@ -136,15 +152,154 @@ def test_buttons_are_commands_of_the_grammar(make_bot: BotFactory) -> None:
     assert bot.approvals(ex.id) == ["carol"]
 
 
-def test_slack_user_groups_grant_approval(make_bot: BotFactory) -> None:
+def test_slack_user_groups_grant_approval_from_the_first_request_after_boot(
+        make_bot: BotFactory) -> None:
+    """A mapped member of a mapped user group approves at once, whatever the host's uptime
+    (the clock reads 5 s: the groups were once ignored for 5 minutes after every boot)."""
     bot = make_bot({"drain": RUNBOOK}, slack={
-        "channel": "C1", "users": {"U0ALICE": "alice"}, "user_groups": {"S0LEADS": "gpu-leads"}})
-    listeners, client = listeners_for(bot.config, bot)
+        "channel": "C1", "users": {"U0ALICE": "alice", "U0ERIN": "erin"},
+        "user_groups": {"S0LEADS": "gpu-leads"}})
+    listeners, _ = listeners_for(bot.config, bot)
     ex = bot.get(bot.request("drain", {"node": "gpu01"}, "alice"))
-    click(listeners, "U0NOBODY", "deny", f"{ex.id}:{ex.plan_hash}")
-    assert "may not" in client.calls[-1][1]["text"]
+    assert "may not" in click(listeners, "U0ALICE", "deny", f"{ex.id}:{ex.plan_hash}")
     click(listeners, "U0ERIN", "approve", f"{ex.id}:{ex.plan_hash}")
-    assert bot.approvals(ex.id) == ["slack:U0ERIN"]
+    assert bot.approvals(ex.id) == ["erin"]
+
+
+def test_user_groups_are_read_again_after_their_interval() -> None:
+    now = [0.0]
+    members = {"S0LEADS": ["U0ERIN"]}
+
+    class Groups:
+        asked = 0
+
+        def usergroups_users_list(self, usergroup: str) -> dict[str, Any]:
+            Groups.asked += 1
+            return {"users": members[usergroup]}
+
+    config = Config.model_validate({"users": {"erin": {}}, "slack": {
+        "channel": "C1", "users": {"U0ERIN": "erin", "U0FRED": "fred"},
+        "user_groups": {"S0LEADS": "gpu-leads"}, "groups_refresh_seconds": 60}})
+    identities = Identities(config, Groups(), clock=lambda: now[0])
+    assert identities.who("U0ERIN").name == "erin"  # read at once, at 0.0 on this clock
+    assert config.groups_of("erin") == {"gpu-leads"} and Groups.asked == 1
+    members["S0LEADS"] = ["U0FRED"]
+    now[0] = 59.0
+    identities.who("U0ERIN")
+    assert config.groups_of("erin") == {"gpu-leads"} and Groups.asked == 1
+    now[0] = 60.0
+    identities.who("U0ERIN")
+    assert config.groups_of("erin") == set() and config.groups_of("fred") == {"gpu-leads"}
+
+
+def test_a_slack_user_not_in_users_may_only_read(make_bot: BotFactory) -> None:
+    """Unmapped: read verbs only, each refusal saying what to configure, seen only by them;
+    nothing is recorded for them. A member of a mapped user group gets nothing from it."""
+    bot = make_bot({"drain": RUNBOOK}, requesters=["*"], slack={
+        "channel": "C1", "users": {"U0ALICE": "alice"}, "user_groups": {"S0LEADS": "gpu-leads"}})
+    listeners, _ = listeners_for(bot.config, bot)
+    ex = bot.get(bot.request("drain", {"node": "gpu01"}, "alice"))
+    assert "drain 1.0.0 (medium)" in slash(listeners, "U0ERIN", "list")
+    assert "awaiting" in slash(listeners, "U0ERIN", f"status {ex.id}").lower()
+    assert "drain" in slash(listeners, "U0ERIN", "describe drain")
+    refused = slash(listeners, "U0ERIN", "run drain node=gpu02")
+    assert "U0ERIN is not in slack.users, so you may only read" in refused
+    assert "slack.unmapped: requester" in refused
+    for action in ("approve", "deny"):
+        refused = click(listeners, "U0ERIN", action, f"{ex.id}:{ex.plan_hash}")
+        assert "may approve, deny or confirm" in refused and "U0ERIN: NAME" in refused
+    assert "may approve, deny or confirm" in slash(listeners, "U0ERIN", f"approve {ex.id}")
+    assert "may only read" in click(listeners, "U0ERIN", "cancel", str(ex.id))
+    assert bot.approvals(ex.id) == [] and bot.get(ex.id).state == "awaiting_approval"
+    with bot.db.connect() as conn:
+        assert [e["actor"] for e in audit.events(conn) if e["actor"].startswith("slack:")] == []
+
+
+def test_unmapped_requester_may_request_but_never_decide(make_bot: BotFactory) -> None:
+    bot = make_bot({"drain": RUNBOOK}, requesters=["*"], slack={
+        "channel": "C1", "users": {"U0CAROL": "carol"}, "unmapped": "requester"})
+    listeners, _ = listeners_for(bot.config, bot)
+    answer = slash(listeners, "U0ERIN", "run drain node=gpu02")
+    assert "requested by slack:U0ERIN; waiting for approval" in answer
+    ex = bot.get(int(answer.split()[1].rstrip(":")))
+    assert "may approve, deny or confirm" in click(listeners, "U0ERIN", "approve",
+                                                   f"{ex.id}:{ex.plan_hash}")
+    click(listeners, "U0CAROL", "approve", f"{ex.id}:{ex.plan_hash}")
+    assert bot.get(ex.id).state == "approved"
+
+
+def test_one_person_is_one_identity_on_the_command_line_and_in_slack(
+        make_bot: BotFactory) -> None:
+    """carol on the command line and carol in Slack are one approver, and cannot approve
+    what she asked for; a group member not in slack.users is no second carol."""
+    two = {**RUNBOOK, "approval": {"required": 2, "approvers": ["group:gpu-leads"]}}
+    bot = make_bot({"drain": two}, slack={
+        "channel": "C1", "users": {"U0CAROL": "carol"}, "user_groups": {"S0LEADS": "gpu-leads"}})
+    listeners, _ = listeners_for(bot.config, bot)
+    ex = bot.get(bot.request("drain", {"node": "gpu01"}, "alice"))
+    bot.approve(ex.id, "carol")  # on the command line
+    assert "already approved" in click(listeners, "U0CAROL", "approve",
+                                       f"{ex.id}:{ex.plan_hash}")
+    click(listeners, "U0ERIN", "approve", f"{ex.id}:{ex.plan_hash}")  # in S0LEADS, unmapped
+    assert bot.approvals(ex.id) == ["carol"] and bot.get(ex.id).state == "awaiting_approval"
+    own = bot.get(bot.request("drain", {"node": "gpu02"}, "carol"))
+    assert "may not approve it too" in click(listeners, "U0CAROL", "approve",
+                                             f"{own.id}:{own.plan_hash}")
+    assert bot.approvals(own.id) == []
+
+
+def test_a_yes_no_button_answers_only_the_question_it_was_posted_for(
+        make_bot: BotFactory) -> None:
+    """Yes/No carry the step and the plan hash they were posted for: a button left from an
+    earlier question (or an earlier plan) is refused, seen only by the clicker, and never
+    answers the question pending now."""
+    import threading
+
+    from bot.execution import confirming
+    from bot.execution.engine import Engine
+    from tests.bot.execution.test_engine import runbook
+
+    asks = [{"id": step, "action": "chat.confirm", "with": {"question": text, "poll": 0.02}}
+            for step, text in (("reseat", "Cable reseated?"), ("swap", "GPU replaced?"))]
+    bot = make_bot({"swap": runbook(asks, name="swap")},
+                   slack={"channel": "C1", "users": {"U0ALICE": "alice"}})
+    listeners, _ = listeners_for(bot.config, bot)
+    ex = bot.get(bot.request("swap", {"node": "gpu01"}, "alice"))
+    engine = Engine(bot, sleep=lambda s: None)
+    worker = threading.Thread(target=engine.drive, args=(ex.id,), daemon=True)
+    worker.start()
+
+    def button(step: str, action_id: str, plan_hash: str = ex.plan_hash) -> str:
+        """The value of the button the poster posts for ``step``'s question."""
+        deadline = time.monotonic() + 10
+        while True:
+            with bot.db.connect() as conn:
+                asked = confirming.pending(conn, ex.id)
+            if asked is not None and asked.step_id == step:
+                break
+            assert time.monotonic() < deadline, f"no question from step {step}"
+            time.sleep(0.02)
+        message = blocks.confirm_message(ex.id, step, asked.question, plan_hash)
+        found = [e for b in message.blocks if b["type"] == "actions" for e in b["elements"]
+                 if e["action_id"] == action_id]
+        return str(found[0]["value"])
+
+    try:
+        stale_yes = button("reseat", "confirm_yes")
+        assert stale_yes == f"{ex.id}:reseat:{ex.plan_hash}"
+        bot.confirm(ex.id, "alice", True, None)  # answered on the command line meanwhile
+        wrong_plan = button("swap", "confirm_no", plan_hash="0" * 64)
+        refused = click(listeners, "U0ALICE", "confirm_yes", stale_yes)
+        assert "question of step reseat was answered already (yes, by alice)" in refused
+        assert "plan changed" in click(listeners, "U0ALICE", "confirm_no", wrong_plan)
+        with bot.db.connect() as conn:
+            assert confirming.pending(conn, ex.id).step_id == "swap"  # still unanswered
+        answered = click(listeners, "U0ALICE", "confirm_yes", button("swap", "confirm_yes"))
+        assert "alice answered yes to 'GPU replaced?'" in answered
+        worker.join(10)
+    finally:
+        engine.close()
+    assert bot.get(ex.id).state == "succeeded"
 
 
 class RecordingClient:
