@@ -1,10 +1,12 @@
 """Alert webhook to proposal: time from POST /alerts (Alertmanager's payload) to the answer
 that carries the new proposal, against the bot's real HTTP server on a temporary SQLite
-database. Prints median and p99 over distinct alerts. Goal: under 200 ms."""
+database, with its bearer token as Alertmanager sends it. Prints median and p99 over distinct
+alerts. Goal: under 200 ms."""
 
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import statistics
 import tempfile
@@ -45,7 +47,8 @@ def main(count: int = 200) -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(bot))
+        token = secrets.token_hex(32)
+        server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(bot, alerts_token=token))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         timings = []
         for index, node in enumerate(nodes):
@@ -53,7 +56,8 @@ def main(count: int = 200) -> None:
                 "status": "firing", "fingerprint": f"fp{index}",
                 "labels": {"alertname": "GpuXidUncorrectable", "node": node}}]}).encode()
             request = urllib.request.Request(f"http://127.0.0.1:{port}/alerts", data=body,
-                                             method="POST")
+                                             method="POST",
+                                             headers={"Authorization": f"Bearer {token}"})
             started = time.perf_counter()
             with urllib.request.urlopen(request, timeout=10) as response:
                 answer = json.loads(response.read())

@@ -110,12 +110,45 @@ class SchedulingConfig(BaseModel):
     timezone: str = "UTC"  # for cron= and at= given without tz=
 
 
+# server: keys that would put the /alerts token itself in the file: refused, saying where
+ALERTS_SECRET_KEYS = ("alerts_token", "token", "secret", "alerts_secret")
+
+
 class ServerConfig(BaseModel):
+    """``runbook serve``. The /alerts token is never here: RUNBOOK_ALERTS_TOKEN or the file
+    ``alerts_token_file`` names (bot.runtime.access)."""
+
     model_config = ConfigDict(extra="forbid")
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     # POST /alerts: a webhook with more alerts is refused whole (413), none proposed
     max_alerts_per_request: int = Field(default=200, ge=1, le=10_000)
+    # POST /alerts: bearer = Authorization: Bearer <token> (refused without one on a
+    # non-loopback address); none = no authentication (something in front of the bot does it)
+    alerts_auth: Literal["bearer", "none"] = "bearer"
+    alerts_token_file: Path | None = None  # RUNBOOK_ALERTS_TOKEN wins over it
+    # a firing alert updates its fingerprint's latest proposal instead of making a new one
+    # when it is the same firing re-sent, or fires again less than this long after it
+    # resolved or after the last firing began (bot.alerts.proposing.receive)
+    alert_refire_seconds: float = Field(default=300.0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_plain_token(cls, data: object) -> object:
+        if isinstance(data, dict):
+            found = [key for key in data if key in ALERTS_SECRET_KEYS]
+            if found:
+                raise ValueError(
+                    f"{', '.join(found)}: secrets do not belong in the configuration file; set "
+                    "RUNBOOK_ALERTS_TOKEN in the environment or name a file with "
+                    "alerts_token_file")
+        return data
+
+    @model_validator(mode="after")
+    def _token_needs_bearer(self) -> ServerConfig:
+        if self.alerts_auth == "none" and self.alerts_token_file is not None:
+            raise ValueError("alerts_token_file is set but alerts_auth is none: remove one")
+        return self
 
 
 class PoolFloors(BaseModel):
@@ -312,11 +345,13 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     base = file.parent
     if "runbook_paths" in raw and isinstance(raw["runbook_paths"], list):
         raw["runbook_paths"] = [str(base / p) for p in raw["runbook_paths"]]
-    slack = raw.get("slack")
-    if isinstance(slack, dict):
-        for key in ("bot_token_file", "signing_secret_file", "app_token_file"):
-            if isinstance(slack.get(key), str):
-                slack[key] = str(base / slack[key])
+    for section, keys in (("slack", ("bot_token_file", "signing_secret_file", "app_token_file")),
+                          ("server", ("alerts_token_file",))):
+        found = raw.get(section)
+        if isinstance(found, dict):
+            for key in keys:
+                if isinstance(found.get(key), str):
+                    found[key] = str(base / found[key])
     if isinstance(raw.get("host_commands"), dict):
         raw["host_commands"] = {**default_host_commands(), **raw["host_commands"]}
     try:

@@ -93,6 +93,8 @@ step "runbook node gpu05: Slurm, Kubernetes and its GPUs (gpu05 is in both pools
 "$runbook" node gpu05
 
 step "an XID 79 on gpu03 travels Prometheus -> Alertmanager -> runbook serve -> a proposal"
+echo "(Alertmanager sends the lab's bearer token, RUNBOOK_ALERTS_TOKEN: /alerts refuses a POST"
+echo " without it with 401)"
 deploy/lab/lab slack reset  # the lab's fake Slack starts with an empty channel
 "$runbook" serve >"$demo_dir/serve.log" 2>&1 &
 serve_pid=$!

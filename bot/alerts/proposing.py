@@ -1,7 +1,8 @@
 """Alerts become runbook proposals (Alertmanager's webhook, version 4, on ``POST /alerts``).
 
 A proposal runs nothing by itself: it waits for a person (Run or Dismiss) unless its rule
-says ``auto_run`` and the runbook is risk low; running it is an ordinary request.
+says ``auto_run`` and the runbook is risk low; running it is an ordinary request. One
+proposal per firing of an alert: re-sent and flapping alerts update theirs (``receive``).
 """
 
 from __future__ import annotations
@@ -9,12 +10,14 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy import Connection, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
+from adapters.alertmanager import parse_time
 from bot.config import AlertRule
 from bot.execution.executions import TERMINAL
 from bot.runbooks import templating
@@ -37,6 +40,14 @@ class WebhookAlert(BaseModel):
     labels: dict[str, str]
     annotations: dict[str, str] = Field(default_factory=dict)
     fingerprint: str = Field(min_length=1, max_length=64)
+    # when this firing began (RFC 3339): the same for every re-send of one firing
+    starts_at: str | None = Field(default=None, alias="startsAt")
+
+    @field_validator("starts_at", mode="before")
+    @classmethod
+    def _starts_at(cls, value: object) -> str | None:
+        """Only a hint: anything but a short string is as good as none (never a 400)."""
+        return value if isinstance(value, str) and 0 < len(value) <= 40 else None
 
 
 class Webhook(BaseModel):
@@ -71,6 +82,8 @@ class Proposal:
     updated_at: str
     execution_id: int | None
     note: str | None
+    alert_started_at: str | None  # the firing it is about (startsAt), when Alertmanager said
+    resolved_at: str | None  # when the bot last heard its alert resolve
 
 
 def parse(body: bytes) -> Webhook:
@@ -87,16 +100,22 @@ def receive(bot: Service, webhook: Webhook) -> list[Proposal]:
     """Record what the alerts propose; returns the proposals created or updated.
 
     Each firing alert that matches an ``alert_rules`` entry proposes that runbook with
-    parameters taken from the alert's labels. The same alert (fingerprint) is not proposed
-    twice while its proposal is open; a resolved alert updates its proposal. A bad payload
-    is refused whole, with the reason, before this (``parse``, BadPayload), and so is one of
-    more than ``server.max_alerts_per_request`` alerts (TooManyAlerts).
+    parameters taken from the alert's labels, once per firing of the alert (fingerprint).
+    A firing alert updates its fingerprint's latest proposal instead of making a new one
+    (``_same_firing``) while that proposal is open or its execution runs, when it is the
+    same firing re-sent (same startsAt; whether the proposal was dismissed, run or refused),
+    or when the alert fires again less than ``server.alert_refire_seconds`` after the bot
+    heard it resolve or after the firing the proposal was about began (flapping). A
+    resolved alert updates its proposal. A bad payload is refused whole, with the reason,
+    before this (``parse``, BadPayload), and so is one of more than
+    ``server.max_alerts_per_request`` alerts (TooManyAlerts).
 
     Each alert is taken on its own: one that cannot be proposed (its rule's parameters use
     a label it lacks, or anything else about it goes wrong) is recorded as a refused
-    proposal with the reason (``proposal_refused`` in the audit log) and the rest of the
-    batch is still taken. Only the database failing fails the batch, so that Alertmanager
-    sends it again (proposals already made are not made twice).
+    proposal with the reason (``proposal_refused`` in the audit log), once per firing
+    while the reason stays the same, and the rest of the batch is still taken. Only the
+    database failing fails the batch, so that Alertmanager sends it again (proposals
+    already made are not made twice).
     """
     limit = bot.config.server.max_alerts_per_request
     if len(webhook.alerts) > limit:
@@ -110,14 +129,16 @@ def receive(bot: Service, webhook: Webhook) -> list[Proposal]:
         if rule is None:
             continue
         try:
-            proposal = _resolve(bot, alert) if alert.status == "resolved" else _propose(
+            proposal = _resolve(bot, alert) if alert.status == "resolved" else _fire(
                 bot, alert, rule)
         except SQLAlchemyError:
             raise
         except Exception as exc:  # one bad alert must not lose the rest of its batch
             _log.exception("alert %s (%s) could not be taken", alert.fingerprint,
                            alert.labels.get("alertname"))
-            proposal = _record(bot, alert, rule, {}, "refused",
+            with bot.db.connect() as conn:
+                previous = _belongs_to(conn, alert, bot.config.server.alert_refire_seconds)
+            proposal = _refuse(bot, alert, rule, {}, previous,
                                f"could not be proposed: {type(exc).__name__}: {exc}")
         if proposal is not None:
             touched.append(proposal)
@@ -144,27 +165,106 @@ def _open(conn: Connection, fingerprint: str) -> Any:
     return row
 
 
-def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule) -> Proposal | None:
+def _newest(conn: Connection, fingerprint: str) -> Any:
+    return conn.execute(select(proposals).where(proposals.c.fingerprint == fingerprint)
+                        .order_by(proposals.c.id.desc())).first()
+
+
+def _belongs_to(conn: Connection, alert: WebhookAlert, refire_seconds: float) -> Any:
+    """The proposal a firing ``alert`` still belongs to, or None: a new one is due."""
+    live = _open(conn, alert.fingerprint)
+    if live is not None:
+        return live
+    row = _newest(conn, alert.fingerprint)
+    return row if row is not None and _same_firing(row, alert, refire_seconds) else None
+
+
+def _same_firing(row: Any, alert: WebhookAlert, refire_seconds: float) -> bool:
+    """Whether ``alert``, firing, is what the finished proposal ``row`` was made for: the same
+    firing re-sent, or a new one within ``refire_seconds`` of the last (flapping)."""
+    if alert.starts_at is not None and alert.starts_at == row.alert_started_at:
+        return True  # Alertmanager sending a firing alert again (repeat_interval, the group)
+    if row.resolved_at is not None and _seconds_between(row.resolved_at, None) < refire_seconds:
+        return True  # it resolved a moment ago and fires again
+    if alert.starts_at is None:
+        return False
+    # a firing that began soon after the last one did (its resolution never reached the bot)
+    return _seconds_between(row.alert_started_at, alert.starts_at) < refire_seconds
+
+
+def _seconds_between(earlier: str | None, later: str | None) -> float:
+    """Seconds from ``earlier`` to ``later`` (RFC 3339; None: now); infinite when a time is
+    missing or unreadable."""
+    try:
+        start = parse_time(earlier) if earlier else None
+        end = parse_time(later) if later else datetime.now(UTC)
+    except ValueError:
+        return float("inf")
+    return float("inf") if start is None else (end - start).total_seconds()
+
+
+def _fire(bot: Service, alert: WebhookAlert, rule: AlertRule) -> Proposal | None:
+    """A firing alert: a new proposal, or the one it belongs to brought up to date."""
     with bot.db.begin() as conn:
-        if _open(conn, alert.fingerprint) is not None:
-            return None  # already proposed (or running) for this alert
+        row = _belongs_to(conn, alert, bot.config.server.alert_refire_seconds)
+        changed = row is not None and row.state != "refused" and _refired(conn, row, alert)
+    if row is None or row.state == "refused":  # refused: asked again, the reason may be gone
+        return _propose(bot, alert, rule, row)
+    return get(bot, row.id) if changed else None
+
+
+def _refired(conn: Connection, row: Any, alert: WebhookAlert) -> bool:
+    """Bring ``row`` up to date with its alert firing (audited when it fires anew); whether
+    anything changed."""
+    fields: dict[str, Any] = {}
+    if row.alert_status != "firing":
+        fields["alert_status"] = "firing"
+    if alert.starts_at is not None and alert.starts_at != row.alert_started_at:
+        fields["alert_started_at"] = alert.starts_at
+    if not fields:
+        return False
+    _set(conn, row.id, **fields)
+    if row.alert_status != "firing" or row.alert_started_at is not None:
+        audit.append(conn, Kind.ALERT_REFIRED, ALERT_USER, {
+            "proposal": row.id, "fingerprint": alert.fingerprint, "state": row.state,
+            "starts_at": alert.starts_at})
+    return True
+
+
+def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule,
+             refused: Any = None) -> Proposal | None:
+    """A new proposal (or refusal) for ``alert``; ``refused``: this firing's refused
+    proposal, whose reason is not recorded a second time."""
     params: dict[str, str] = {}
     for name, template in rule.params.items():
         try:
             params[name] = str(templating.render(template, {"labels": alert.labels}))
         except templating.TemplateProblem as exc:
-            return _record(bot, alert, rule, params, "refused", (
+            return _refuse(bot, alert, rule, params, refused, (
                 f"parameter {name}: {exc} (the alert's labels: "
                 f"{', '.join(sorted(alert.labels)) or 'none'})"))
     try:
         plan = bot.plan(rule.runbook, params)
     except Refused as exc:
-        return _record(bot, alert, rule, params, "refused", str(exc))
+        return _refuse(bot, alert, rule, params, refused, str(exc))
     proposal = _record(bot, alert, rule, params, "open", None)
     if rule.auto_run:
         _auto_run(bot, proposal.id, plan.risk)
         return get(bot, proposal.id)
     return proposal
+
+
+def _refuse(bot: Service, alert: WebhookAlert, rule: AlertRule, params: dict[str, str],
+            previous: Any, note: str) -> Proposal | None:
+    """A refused proposal with why, unless ``previous`` (the proposal this firing belongs
+    to) is that same refusal: then it is only brought up to date (no second row, no second
+    ``proposal_refused``)."""
+    if (previous is not None and previous.state == "refused" and previous.note == note
+            and json.loads(previous.params) == params):
+        with bot.db.begin() as conn:
+            changed = _refired(conn, previous, alert)
+        return get(bot, previous.id) if changed else None
+    return _record(bot, alert, rule, params, "refused", note)
 
 
 def _record(bot: Service, alert: WebhookAlert, rule: AlertRule, params: dict[str, str],
@@ -187,7 +287,7 @@ def _insert(conn: Connection, alert: WebhookAlert, rule: AlertRule, params: dict
         fingerprint=alert.fingerprint, alertname=alert.labels.get("alertname", "?"),
         labels=canonical(alert.labels), runbook=rule.runbook,
         params=canonical(params), state=state, alert_status="firing",
-        created_at=now, updated_at=now, note=note))
+        created_at=now, updated_at=now, note=note, alert_started_at=alert.starts_at))
     key = result.inserted_primary_key
     assert key is not None
     return int(key[0])
@@ -206,11 +306,16 @@ def _auto_run(bot: Service, proposal_id: int, risk: str) -> None:
 
 
 def _resolve(bot: Service, alert: WebhookAlert) -> Proposal | None:
+    """The alert's proposal (open or running, else its newest, whatever its state) hears it
+    resolve, once: a resolution sent again, or of an older firing, changes nothing."""
     with bot.db.begin() as conn:
         row = _open(conn, alert.fingerprint)
-        if row is None:
+        row = row if row is not None else _newest(conn, alert.fingerprint)
+        if row is None or row.alert_status == "resolved" or (
+                alert.starts_at is not None and row.alert_started_at is not None
+                and alert.starts_at != row.alert_started_at):
             return None
-        _set(conn, row.id, alert_status="resolved")
+        _set(conn, row.id, alert_status="resolved", resolved_at=now_iso())
         audit.append(conn, Kind.ALERT_RESOLVED, ALERT_USER,
                      {"proposal": row.id, "fingerprint": alert.fingerprint})
     return get(bot, row.id)

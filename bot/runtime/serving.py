@@ -7,8 +7,9 @@ tasks run in this replica is bot.runtime.leadership's to say.
 from __future__ import annotations
 
 import json
+import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -17,13 +18,16 @@ from sqlalchemy import func, select, text
 
 from bot.alerts import proposing
 from bot.execution.engine import Reporter
+from bot.runtime import access
 from bot.runtime.leadership import Elector, Leadership, make_elector
 from bot.runtime.tasks import Task, engine_task
 from bot.service import Service
 from bot.store.schema import audit_events, executions, proposals, step_states
 from bot.store.words import Kind
 
-MAX_BODY = 5 * 1024 * 1024
+MAX_BODY = access.MAX_BODY  # bytes: a larger request body is refused with 413
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class Response:
     status: int
     body: bytes
     content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()  # more headers: (name, value)
 
 
 # A POST route: (request headers, raw body) -> response. Headers keys are lower case.
@@ -121,29 +126,74 @@ def alerts(bot: Service, body: bytes) -> Response:
         for p in touched]})
 
 
-def _json(status: int, data: Any) -> Response:
-    return Response(status, json.dumps(data).encode())
+def alerts_route(bot: Service, token: str | None) -> Route:
+    """POST /alerts behind its bearer token (none: not authenticated, see access.py)."""
+
+    def route(headers: Mapping[str, str], body: bytes) -> Response:
+        if token is not None:
+            problem = access.bearer_problem(headers, token)
+            if problem is not None:
+                return unauthorized(problem, invalid="authorization" in headers)
+        return alerts(bot, body)
+
+    return route
+
+
+def unauthorized(problem: str, *, invalid: bool) -> Response:
+    """401 with the challenge RFC 6750 asks for; the answer never holds what was sent."""
+    challenge = 'Bearer realm="gpu-runbook-bot"' + (', error="invalid_token"' if invalid else "")
+    return _json(401, {"error": problem}, headers=(("WWW-Authenticate", challenge),))
+
+
+def _json(status: int, data: Any, headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    return Response(status, json.dumps(data).encode(), headers=headers)
+
+
+def header_map(items: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Request headers by lower-case name; one sent twice keeps both values, joined by ", "
+    (so a doubled Content-Length or Authorization is refused, not one of them picked)."""
+    found: dict[str, str] = {}
+    for name, value in items:
+        key = name.lower()
+        found[key] = f"{found[key]}, {value}" if key in found else value
+    return found
+
+
+def answer_post(posts: Mapping[str, Route], path: str, headers: Mapping[str, str],
+                read: Callable[[int], bytes]) -> tuple[Response, bool]:
+    """The answer to POST ``path`` and whether its body was read: 404 for a path no route
+    takes, 400 or 413 for a Content-Length that is not 1 to MAX_BODY, else the route's."""
+    if path not in posts:
+        known = ", ".join(["/alerts", *sorted(set(posts) - {"/alerts"})])
+        return _json(404, {"error": f"no {path} here: POST {known}"}), False
+    try:
+        length = access.content_length(headers.get("content-length"))
+    except access.BodyRefused as exc:
+        return _json(exc.status, {"error": str(exc)}), False
+    return posts[path](headers, read(length)), True
 
 
 def make_handler(bot: Service, routes: Mapping[str, Route] | None = None, *,
+                 alerts_token: str | None,
                  leadership: Callable[[], Mapping[str, Any]] | None = None,
                  ) -> type[BaseHTTPRequestHandler]:
     """The HTTP handler:
 
-        POST /alerts    Alertmanager's webhook (version 4) -> proposals
+        POST /alerts    Alertmanager's webhook (version 4) -> proposals; with
+                        ``alerts_token``, only with Authorization: Bearer <it> (else 401)
         GET  /healthz   200 when the database answers (followers too); says whether this
                         replica leads: {"status": "ok", "leader": false, "replica": ...}
         GET  /metrics   Prometheus metrics (executions, checks, approvals, proposals)
 
-    and the surfaces' POST ``routes`` (Slack at /slack/events). ``leadership``: what
-    /healthz adds about leader election (Leadership.status).
+    and the surfaces' POST ``routes`` (Slack at /slack/events). A POST body must be 1 byte to
+    MAX_BODY (400, 413). ``leadership``: what /healthz adds about leader election
+    (Leadership.status).
     """
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry()
     registry.register(BotCollector(bot))
-    posts: dict[str, Route] = {"/alerts": lambda headers, body: alerts(bot, body),
-                               **(routes or {})}
+    posts: dict[str, Route] = {"/alerts": alerts_route(bot, alerts_token), **(routes or {})}
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -156,6 +206,8 @@ def make_handler(bot: Service, routes: Mapping[str, Route] | None = None, *,
             self.send_response(answer.status)
             self.send_header("Content-Type", answer.content_type)
             self.send_header("Content-Length", str(len(answer.body)))
+            for name, value in answer.headers:
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(answer.body)
 
@@ -169,18 +221,11 @@ def make_handler(bot: Service, routes: Mapping[str, Route] | None = None, *,
                                                 "/metrics"}))
 
         def do_POST(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path not in posts:
-                known = ", ".join(["/alerts", *sorted(set(posts) - {"/alerts"})])
-                self._send(_json(404, {"error": f"no {self.path} here: POST {known}"}))
-                return
-            length = int(self.headers.get("Content-Length") or 0)
-            if length <= 0 or length > MAX_BODY:
-                self._send(_json(400 if length <= 0 else 413,
-                                 {"error": f"the body must be 1 to {MAX_BODY} bytes"}))
-                return
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            self._send(posts[path](headers, self.rfile.read(length)))
+            answer, read = answer_post(posts, self.path.split("?", 1)[0],
+                                       header_map(self.headers.items()), self.rfile.read)
+            if not read:  # a body left unread must not be parsed as the next request
+                self.close_connection = True
+            self._send(answer)
 
     return Handler
 
@@ -194,14 +239,23 @@ class Server(ThreadingHTTPServer):
 
 def serve(bot: Service, host: str, port: int, report: Reporter,
           stop: threading.Event | None = None, *, routes: Mapping[str, Route] | None = None,
-          tasks: Sequence[Task] = (), elector: Elector | None = None) -> None:
+          tasks: Sequence[Task] = (), elector: Elector | None = None,
+          alerts: access.AlertsAccess | None = None) -> None:
     """Serve HTTP and run the engine and ``tasks`` until ``stop`` is set.
+
+    ``alerts``: how POST /alerts is guarded; default from the configuration and the
+    environment (access.alerts_access: AlertsAuthError, before anything starts, when /alerts
+    would be open on a non-loopback ``host``; a warning logged when it is open on loopback).
 
     Leader-only tasks (the engine loop, the chat progress poster, the scheduler) run in one
     replica at a time, the leader (``elector``: default from the configuration's
     ``leader_election``): they start when this replica becomes the leader and are stopped
     when it stops being the leader. The others, and the HTTP server, run in every replica.
     """
+    if alerts is None:
+        alerts = access.alerts_access(bot.config.server, host)
+        if alerts.warning:
+            _log.warning("%s", alerts.warning)
     stop = stop or threading.Event()
     everything = [engine_task(bot, report), *tasks]
     leadership = Leadership(
@@ -209,7 +263,8 @@ def serve(bot: Service, host: str, port: int, report: Reporter,
         [task for task in everything if task.leader_only],
         retry_seconds=bot.config.leader_election.retry_seconds)
     try:
-        server = Server((host, port), make_handler(bot, routes, leadership=leadership.status))
+        server = Server((host, port), make_handler(bot, routes, alerts_token=alerts.token,
+                                                   leadership=leadership.status))
     except BaseException:
         leadership.elector.release()
         raise

@@ -154,6 +154,10 @@ proposals = Table(
     Column("updated_at", String(32), nullable=False),
     Column("execution_id", Integer, nullable=True),
     Column("note", Text, nullable=True),
+    # the firing this proposal is about (Alertmanager's startsAt, as sent) and when the bot
+    # last heard its alert resolve: a re-sent or flapping alert updates it (bot.alerts)
+    Column("alert_started_at", String(40), nullable=True),
+    Column("resolved_at", String(32), nullable=True),
     Index("ix_proposals_fingerprint", "fingerprint"),
 )
 

@@ -88,6 +88,7 @@ class Kind(enum.StrEnum):
     PROPOSAL_STARTED = "proposal_started"
     PROPOSAL_DISMISSED = "proposal_dismissed"
     ALERT_RESOLVED = "alert_resolved"
+    ALERT_REFIRED = "alert_refired"
     # schedules (bot.schedule.scheduling, bot.schedule.scheduler)
     SCHEDULE_ADDED = "schedule_added"
     SCHEDULE_CHANGED = "schedule_changed"

@@ -198,10 +198,10 @@ def _config(args: argparse.Namespace) -> Config:
     return load_config(args.config)
 
 
-def _bot(args: argparse.Namespace) -> Service:
+def _bot(args: argparse.Namespace, config: Config | None = None) -> Service:
     from bot.service import Service
 
-    bot = Service.from_config(_config(args))
+    bot = Service.from_config(config or _config(args))
     for warning in bot.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return bot
@@ -479,13 +479,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from bot.runtime.access import AlertsAuthError, alerts_access
     from bot.runtime.serving import serve
     from bot.runtime.tasks import scheduler_task
 
-    bot = _bot(args)
+    config = _config(args)
+    host = args.host or config.server.host
+    port = args.port or config.server.port
+    try:  # before anything starts: /alerts must not be open to the network by mistake
+        alerts = alerts_access(config.server, host)
+    except AlertsAuthError as exc:
+        raise UsageError(str(exc)) from None
+    if alerts.warning:
+        print(f"warning: {alerts.warning}", file=sys.stderr, flush=True)
+    bot = _bot(args, config)
     bot.runbooks()
-    host = args.host or bot.config.server.host
-    port = args.port or bot.config.server.port
     slack = _slack_surface(bot)
     routes = dict(slack.routes()) if slack else {}
     tasks = list(slack.tasks()) if slack else []
@@ -505,7 +513,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()  # SIGTERM (a pod stopping): give the leadership up, then exit
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    serve(bot, host, port, report, stop, routes=routes, tasks=tasks)
+    serve(bot, host, port, report, stop, routes=routes, tasks=tasks, alerts=alerts)
     return EXIT_OK
 
 

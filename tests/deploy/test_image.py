@@ -1,7 +1,8 @@
 """The container image: deploy/image/build (what `make image` runs) builds it with podman
 from a locally made base, and the image runs: `runbook --help`, `runbook validate` of the
 shipped runbooks, as the non-root user, with the Slurm clients, munge, etcdctl and the
-MariaDB client on its PATH; `runbook serve` passes the image's own HEALTHCHECK; the munged
+MariaDB client on its PATH; `runbook serve` passes the image's own HEALTHCHECK (with the /alerts
+token; without one it refuses to start on 0.0.0.0); the munged
 sidecar entry point (run-munged) serves credentials as that user from a root-owned key; and,
 with the lab, the image's Slurm clients reach a real slurmctld through munge.
 
@@ -108,12 +109,17 @@ def test_non_root_with_the_clients_the_runbooks_need(image: str) -> None:
 
 def test_serve_passes_the_image_healthcheck(image: str, tmp_path: Path) -> None:
     """As in the pod: a read-only root file system; /tmp and the data folder are volumes
-    (emptyDirs or the PVC: root-owned, group 10001 through fsGroup, mode 2777)."""
+    (emptyDirs or the PVC: root-owned, group 10001 through fsGroup, mode 2777); the /alerts
+    token in RUNBOOK_ALERTS_TOKEN (the pod's Secret gpu-runbook-bot-alerts)."""
+    refused = run(image, options=("--read-only", "--tmpfs", "/tmp"))  # the CMD, no token
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "set RUNBOOK_ALERTS_TOKEN" in refused.stderr
     data = tmp_path / "data"
     data.mkdir()
     os.chown(data, 0, int(UID))
     data.chmod(0o2777)
     started = podman("run", "-d", "--network", "none", "--read-only", "--tmpfs", "/tmp",
+                     "-e", "RUNBOOK_ALERTS_TOKEN=image-test-token-0123456789abcdef",
                      "-v", f"{data}:/var/lib/gpu-runbook-bot", image)
     assert started.returncode == 0, started.stderr
     cid = started.stdout.strip().splitlines()[-1]

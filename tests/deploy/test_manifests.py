@@ -1,9 +1,10 @@
 """The kustomize manifests (deploy/kubernetes): both overlays render with real `kubectl
 kustomize`, and what they render is a deployable bot: replicas and strategy per overlay, the
-PodDisruptionBudget, probes on /healthz, the Slack and database Secrets referenced (never
-inlined), a non-root, read-only, capability-free pod, the RBAC objects bound to the pod's
-ServiceAccount, a configuration the bot accepts, alert rules promtool accepts, and the GPU
-alert rules in step with deploy/prometheus/gpu-alerts.yaml."""
+PodDisruptionBudget, probes on /healthz, the Slack, /alerts token and database Secrets
+referenced (never inlined), a non-root, read-only, capability-free pod, the RBAC objects bound
+to the pod's ServiceAccount, a configuration the bot accepts (and that guards /alerts with
+the token), alert rules promtool accepts, and the GPU alert rules in step with
+deploy/prometheus/gpu-alerts.yaml."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from bot.config import Config
+from bot.runtime.access import TOKEN_ENV, AlertsAuthError, alerts_access
 from tests.deploy.kustomize import KUSTOMIZE, OVERLAYS, REPO, render
 
 NAMESPACE = "gpu-runbook-bot"
@@ -134,6 +136,9 @@ def test_secrets_are_referenced_never_inlined(rendered: tuple[str, list[dict[str
     for name in SLACK_ENV:
         assert env[name]["valueFrom"] == {"secretKeyRef": {
             "name": "gpu-runbook-bot-slack", "key": name, "optional": True}}, name
+    # optional: without it the bot itself refuses to start, saying what to set
+    assert env[TOKEN_ENV]["valueFrom"] == {"secretKeyRef": {
+        "name": "gpu-runbook-bot-alerts", "key": "token", "optional": True}}
     for spec in pod_spec(docs)["containers"]:
         for item in spec.get("env", []):
             if re.search(r"TOKEN|SECRET|PASSWORD|DB_URL", item["name"]) and "value" in item:
@@ -207,6 +212,12 @@ def test_the_configuration_is_one_the_bot_accepts(
         "/usr/share/gpu-runbook-bot/runbooks", mounts["runbooks"]]
     assert config.server.port == 8080
     assert config.database_url is None  # RUNBOOK_DB_URL, per overlay
+    # /alerts on 0.0.0.0 takes the token of the Secret, and without it the bot does not start
+    host = container(docs)["args"][container(docs)["args"].index("--host") + 1]
+    assert config.server.alerts_auth == "bearer" and config.server.alerts_token_file is None
+    assert alerts_access(config.server, host, {TOKEN_ENV: "t" * 32}).token == "t" * 32
+    with pytest.raises(AlertsAuthError, match=TOKEN_ENV):
+        alerts_access(config.server, host, {})
     assert not SECRET_LOOKING.search(config_map["data"]["config.yaml"])
 
 

@@ -70,6 +70,9 @@ def client_env(info: dict[str, Any], base: dict[str, str] | None = None) -> dict
         PATH=f"{info['bin_dir']}{os.pathsep}{env.get('PATH', os.defpath)}",
     )
     env.pop("SLACK_APP_TOKEN", None)  # its presence would switch the bot to Socket Mode
+    token_file = Path(info.get("monitoring", {}).get("alerts_token_file") or "/nonexistent")
+    if token_file.is_file():  # the bot's POST /alerts takes it, as `lab env` exports it
+        env["RUNBOOK_ALERTS_TOKEN"] = token_file.read_text().strip()
     slack = info.get("slack")
     if slack:  # as `lab env` exports them
         tokens = json.loads(Path(slack["tokens_file"]).read_text())

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 
 from tests.lab.fixture import Lab
 
@@ -145,11 +146,13 @@ def faults(mon: Monitoring) -> Iterator[list[str]]:
 
 
 class Webhook(HTTPServer):
-    """A stand-in for the bot's /alerts endpoint on the bot's lab port."""
+    """A stand-in for the bot's /alerts endpoint on the bot's lab port; it keeps the bodies
+    and the Authorization headers Alertmanager sent."""
 
     def __init__(self, port: int) -> None:
         super().__init__(("127.0.0.1", port), self.Handler)
         self.bodies: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []
 
     class Handler(BaseHTTPRequestHandler):
         server: Webhook
@@ -158,6 +161,7 @@ class Webhook(HTTPServer):
             size = int(self.headers.get("Content-Length", 0))
             if self.path == "/alerts":
                 self.server.bodies.append(json.loads(self.rfile.read(size)))
+                self.server.authorizations.append(self.headers.get("Authorization"))
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -280,6 +284,9 @@ def test_xid_79_fires_and_reaches_alertmanager_and_webhook(
                                if a["labels"]["alertname"] == "GpuXidFallenOffBus"],
                       "webhook notified")
     assert webhook.bodies[0]["version"] == "4"
+    # the bot's /alerts takes only its bearer token: Alertmanager sends it (credentials_file)
+    token = Path(mon.info["alerts_token_file"]).read_text().strip()
+    assert len(token) >= 32 and set(webhook.authorizations) == {f"Bearer {token}"}
     assert posted[0]["status"] == "firing" and posted[0]["labels"]["node"] == node
     assert time.monotonic() - began < 10
     mon.fault(node, "clear")
@@ -347,11 +354,19 @@ def test_lab_json_env_and_status(lab: Lab, mon: Monitoring) -> None:
     env = lab.lab("env").stdout
     assert f"PROMETHEUS_URL={info['prometheus_url']}" in env
     assert f"ALERTMANAGER_URL={info['alertmanager_url']}" in env
+    token_file = Path(info["alerts_token_file"])
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    assert f"RUNBOOK_ALERTS_TOKEN={token_file.read_text().strip()}" in env
+    assert yaml.safe_load(Path(lab["bot_config"]).read_text())["server"][
+        "alerts_token_file"] == str(token_file)
     status = lab.lab("status")
     assert status.returncode == 0, status.stdout
     assert info["prometheus_url"] in status.stdout
     config = Path(info["alertmanager_config"]).read_text()
     assert info["bot_webhook_url"] in config and "send_resolved: true" in config
+    receiver = yaml.safe_load(config)["receivers"][0]["webhook_configs"][0]
+    assert receiver["http_config"] == {"authorization": {
+        "type": "Bearer", "credentials_file": str(token_file)}}
 
 
 def test_backfill_history(lab: Lab, mon: Monitoring, tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 fail, fail on one series of many (judged by its whole label set, not by host and GPU), fail
 on no data and fail closed with Prometheus down; the alerts gate; and the whole
 alert path — a lab fault xid=79 on gpu02 travels Prometheus -> Alertmanager -> the bot's
-/alerts webhook (`runbook serve`) -> one swap-gpu proposal for gpu02."""
+/alerts webhook (`runbook serve`, with the lab's bearer token) -> one swap-gpu proposal for
+gpu02."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -158,7 +160,12 @@ def proposals(env: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def test_xid_79_becomes_one_swap_gpu_proposal(lab: Lab, served: Any) -> None:
-    env, _ = served
+    env, url = served
+    # /alerts takes only the lab's bearer token, which Alertmanager sends (credentials_file)
+    request = urllib.request.Request(url + "/alerts", data=b"{}", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)
+    assert refused.value.code == 401
     started = time.monotonic()
     lab.lab("fault", "gpu02", "xid=79", "xid_gpu=3")
     try:

@@ -221,6 +221,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         info["daemons"] = daemon_table(layout, info)  # lets `down` clean up a failed start
         layout.write_info(info)
         started = bring_up(layout, info)
+        if monitoring.ALERTMANAGER not in started:
+            monitoring.refresh_alertmanager(layout, ports_of(info))
         info = finish_info(layout, info)
         layout.write_info(info)
         layout.bot_yaml.write_text(render.bot_yaml(layout, info["nodes"], ports_of(info),
@@ -320,6 +322,9 @@ def cmd_env(args: argparse.Namespace) -> int:
     if mon:
         exports.update(PROMETHEUS_URL=mon["prometheus_url"],
                        ALERTMANAGER_URL=mon["alertmanager_url"])
+    token = monitoring.read_alerts_token(layout)
+    if token:  # what the bot's POST /alerts requires (server.alerts_token_file holds it too)
+        exports["RUNBOOK_ALERTS_TOKEN"] = token
     etcd_info = layout.read_info().get("etcd")
     if etcd_info:
         exports.update(ETCDCTL_API="3", ETCDCTL_ENDPOINTS=etcd_info["endpoint"])

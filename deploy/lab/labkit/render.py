@@ -121,6 +121,7 @@ def bot_yaml(layout: Layout, nodes: list[str], ports: Ports, restd_url: str) -> 
         prometheus_url=monitoring.url(ports, monitoring.PROMETHEUS),
         alertmanager_url=monitoring.url(ports, monitoring.ALERTMANAGER),
         bot_port=str(ports.service("bot")),
+        alerts_token_file=str(monitoring.alerts_token_file(layout)),
     )
 
 

@@ -1,10 +1,13 @@
 """Alerts to proposals over HTTP: Alertmanager's webhook (version 4) posted to the bot's real
-server; a matching firing alert proposes its runbook once per fingerprint, resolved alerts
-update the proposal, bad payloads get a 400 and change nothing, auto_run only for low risk,
-/healthz and /metrics answer."""
+server with its bearer token; a matching firing alert proposes its runbook once per firing
+(a re-sent, flapping or refused alert updates its proposal and is audited once), resolved
+alerts update the proposal, bad payloads get a 400 and change nothing, auto_run only for low
+risk, /healthz and /metrics answer. The route's guards: 401 without the token, 400 for a
+Content-Length that is not a size, 413 over 1 MiB."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -17,14 +20,17 @@ import pytest
 
 from bot.alerts import proposing
 from bot.config import ServerConfig
+from bot.runtime import access
 from bot.runtime.serving import make_handler
 from bot.store import audit
+from bot.store.schema import executions
 from bot.surfaces.chat import commands
 from kit.errors import Refused
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
 from tests.conftest import BotFactory
 
+TOKEN = "test-alerts-token-0123456789abcdef"
 RULES = [
     {"match": {"alertname": "GpuXidFallenOffBus"}, "runbook": "demo",
      "params": {"node": "{{ labels.node }}"}},
@@ -47,23 +53,33 @@ def served(make_bot: BotFactory) -> Iterator[tuple[Any, str]]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(bot))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(bot, alerts_token=TOKEN))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)  # shutdown() waits for a poll
     thread.start()
     yield bot, f"http://127.0.0.1:{port}"
     server.shutdown()
     server.server_close()
 
 
-def post(url: str, body: Any) -> tuple[int, Any]:
+def post(url: str, body: Any, authorization: str | None = f"Bearer {TOKEN}",
+         ) -> tuple[int, Any]:
+    code, answer, _ = post_with_headers(url, body, authorization)
+    return code, answer
+
+
+def post_with_headers(url: str, body: Any, authorization: str | None = f"Bearer {TOKEN}",
+                      ) -> tuple[int, Any, Any]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(url + "/alerts", data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    request = urllib.request.Request(url + "/alerts", data=data, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
+            return response.status, json.loads(response.read()), response.headers
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+        return exc.code, json.loads(exc.read()), exc.headers
 
 
 def webhook(*alerts: dict[str, Any]) -> dict[str, Any]:
@@ -72,9 +88,10 @@ def webhook(*alerts: dict[str, Any]) -> dict[str, Any]:
             "externalURL": "http://alertmanager", "alerts": list(alerts)}
 
 
-def alert(name: str, node: str, status: str = "firing", fingerprint: str = "f1") -> dict[str, Any]:
+def alert(name: str, node: str, status: str = "firing", fingerprint: str = "f1",
+          starts: str = "2026-11-30T10:00:00Z") -> dict[str, Any]:
     return {"status": status, "labels": {"alertname": name, "node": node, "gpu": "3"},
-            "annotations": {}, "startsAt": "2026-11-30T10:00:00Z",
+            "annotations": {}, "startsAt": starts,
             "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "", "fingerprint": fingerprint}
 
 
@@ -216,3 +233,167 @@ def test_healthz_and_metrics(served: Any) -> None:
         text = response.read().decode()
     assert "runbook_open_proposals 1.0" in text
     assert "runbook_step_duration_seconds_count" in text
+
+
+def events(bot: Any, kind: str) -> list[dict[str, Any]]:
+    with bot.db.connect() as conn:
+        return [e["data"] for e in audit.events(conn) if e["kind"] == kind]
+
+
+# --- who may post -----------------------------------------------------------------------------
+
+def test_alerts_needs_the_bearer_token(served: Any) -> None:
+    bot, url = served
+    body = webhook(alert("GpuXidFallenOffBus", "gpu02"))
+    wrong = "Bearer wrong-token-0123456789abcdef"
+    for authorization in (None, wrong, f"Basic {TOKEN}", "Bearer", f"Bearer {TOKEN}x",
+                          f"Bearer {TOKEN[:-1]}"):
+        code, answer, headers = post_with_headers(url, body, authorization)
+        assert code == 401, authorization
+        assert headers["WWW-Authenticate"] == 'Bearer realm="gpu-runbook-bot"' + (
+            ', error="invalid_token"' if authorization else "")
+        assert list(answer) == ["error"]
+        assert "wrong-token" not in answer["error"] and TOKEN[:8] not in answer["error"]
+    assert proposing.listing(bot, open_only=False) == []  # nothing proposed, nothing audited
+    assert events(bot, "proposed") == []
+    code, answer = post(url, body, f"bearer {TOKEN}")  # the scheme in any case (RFC 7235)
+    assert code == 200 and answer["proposals"][0]["state"] == "open"
+
+
+def raw_post(url: str, length: str | None, body: bytes = b"") -> tuple[int, Any]:
+    """POST /alerts with exactly this Content-Length header (None: none), and ``body``."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        conn.putrequest("POST", "/alerts", skip_accept_encoding=True)
+        conn.putheader("Authorization", f"Bearer {TOKEN}")
+        if length is not None:
+            conn.putheader("Content-Length", length)
+        conn.endheaders(body or None)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("length", ["abc", "-1", "1_0", "+2", " ", "0x2", "\u00b2", None, "0"])
+def test_a_content_length_that_is_not_a_size_is_400(served: Any, length: str | None) -> None:
+    _, url = served
+    code, answer = raw_post(url, length, b"{}")
+    assert code == 400, answer
+    assert "Content-Length" in answer["error"] or "empty" in answer["error"]
+    code, _ = post(url, webhook(alert("GpuXidFallenOffBus", "gpu02")))  # the server still serves
+    assert code == 200
+
+
+def test_a_body_over_1_mib_is_413_and_not_read(served: Any) -> None:
+    _, url = served
+    assert access.MAX_BODY == 1024 * 1024
+    code, answer = raw_post(url, str(access.MAX_BODY + 1))  # refused before a byte is read
+    assert code == 413
+    assert answer["error"] == f"the body must be 1 to {access.MAX_BODY} bytes; it was " \
+                              f"{access.MAX_BODY + 1}"
+    padded = json.dumps(webhook(alert("GpuXidFallenOffBus", "gpu02"))).encode()
+    padded += b" " * (access.MAX_BODY - len(padded))
+    code, answer = raw_post(url, str(len(padded)), padded)  # exactly 1 MiB is taken
+    assert code == 200 and answer["proposals"][0]["params"] == {"node": "gpu02"}
+
+
+# --- one proposal per firing --------------------------------------------------------------------
+
+def test_an_open_proposal_says_when_its_alert_fires_again(served: Any) -> None:
+    bot, url = served
+    first = alert("GpuXidFallenOffBus", "gpu02", fingerprint="o")
+    _, body = post(url, webhook(first))
+    proposal_id = body["proposals"][0]["id"]
+    post(url, webhook({**first, "status": "resolved"}))
+    code, body = post(url, webhook({**first, "startsAt": "2026-11-30T10:01:00Z"}))
+    assert code == 200
+    assert [(p["id"], p["alert_status"]) for p in body["proposals"]] == [(proposal_id, "firing")]
+    assert proposing.get(bot, proposal_id).alert_started_at == "2026-11-30T10:01:00Z"
+    assert [e["proposal"] for e in events(bot, "alert_refired")] == [proposal_id]
+
+
+def test_a_dismissed_alert_sent_again_or_flapping_is_not_proposed_again(served: Any) -> None:
+    bot, url = served
+    first = alert("GpuXidFallenOffBus", "gpu02", fingerprint="x")
+    post(url, webhook(first))
+    [proposal] = proposing.listing(bot)
+    proposing.dismiss(bot, proposal.id, "alice", "known flaky GPU")
+    code, body = post(url, webhook(first))  # Alertmanager sends the same firing again
+    assert (code, body["proposals"]) == (200, [])
+    firing = first
+    for minute in range(1, 4):  # it flaps: resolved, then firing again a minute later
+        post(url, webhook({**firing, "status": "resolved"}))
+        post(url, webhook({**firing, "status": "resolved"}))  # a resolution sent twice
+        post(url, webhook({**first, "status": "resolved"}))  # one of an older firing
+        firing = {**first, "startsAt": f"2026-11-30T10:0{minute}:00Z"}
+        code, body = post(url, webhook(firing))
+        assert [(p["id"], p["state"]) for p in body["proposals"]] == [(proposal.id, "dismissed")]
+    found = proposing.listing(bot, open_only=False)
+    assert [(p.id, p.state, p.alert_status) for p in found] == [
+        (proposal.id, "dismissed", "firing")]
+    assert len(events(bot, "proposed")) == 1
+    assert len(events(bot, "alert_resolved")) == 3 and len(events(bot, "alert_refired")) == 3
+
+
+def test_a_flapping_auto_run_alert_runs_once(served: Any) -> None:
+    from sqlalchemy import func, select
+
+    bot, url = served
+    first = alert("GpuTemperatureHigh", "gpu01", fingerprint="t")
+    post(url, webhook(first))
+    [proposal] = proposing.listing(bot, open_only=False)
+    assert proposal.state == "started" and proposal.execution_id is not None
+    with bot.db.begin() as conn:  # the run ended; the alert still fires
+        conn.execute(executions.update().where(executions.c.id == proposal.execution_id)
+                     .values(state="succeeded"))
+    assert post(url, webhook(first)) == (200, {"proposals": []})  # sent again: nothing new
+    post(url, webhook({**first, "status": "resolved"}))
+    code, body = post(url, webhook({**first, "startsAt": "2026-11-30T10:02:00Z"}))
+    assert code == 200 and [(p["id"], p["alert_status"]) for p in body["proposals"]] == [
+        (proposal.id, "firing")]
+    assert [p.id for p in proposing.listing(bot, open_only=False)] == [proposal.id]
+    with bot.db.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(executions)).scalar_one() == 1
+
+
+def test_a_new_firing_after_alert_refire_seconds_is_a_new_proposal(served: Any) -> None:
+    bot, url = served
+    assert bot.config.server.alert_refire_seconds == 300
+    first = alert("GpuXidFallenOffBus", "gpu02", fingerprint="n")
+    post(url, webhook(first))
+    [old] = proposing.listing(bot)
+    proposing.dismiss(bot, old.id, "alice", None)
+    # an hour later it fires anew (its resolution never reached the bot): a new proposal
+    later = {**first, "startsAt": "2026-11-30T11:00:00Z"}
+    _, body = post(url, webhook(later))
+    assert [p["state"] for p in body["proposals"]] == ["open"]
+    newer = body["proposals"][0]["id"]
+    assert newer != old.id
+    assert post(url, webhook(later)) == (200, {"proposals": []})
+    # with alert_refire_seconds 0, a firing right after a resolution is a new proposal too
+    bot.config = bot.config.model_copy(update={"server": ServerConfig(alert_refire_seconds=0)})
+    proposing.dismiss(bot, newer, "alice", None)
+    post(url, webhook({**later, "status": "resolved"}))
+    _, body = post(url, webhook({**later, "startsAt": "2026-11-30T11:01:00Z"}))
+    assert [p["state"] for p in body["proposals"]] == ["open"]
+    assert body["proposals"][0]["id"] not in (old.id, newer)
+
+
+def test_a_refused_alert_sent_again_is_recorded_once_per_reason(
+        served: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    bot, url = served
+    unknown = alert("GpuXidFallenOffBus", "gpu99", fingerprint="u")
+    answers = [post(url, webhook(unknown))[1]["proposals"] for _ in range(3)]
+    assert [[p["state"] for p in a] for a in answers] == [["refused"], [], []]
+    assert len(refusals(bot)) == 1 and len(proposing.listing(bot, open_only=False)) == 1
+
+    def closed(name: str, params: dict[str, str], **kwargs: Any) -> Any:
+        raise Refused("the lab is closed")
+
+    monkeypatch.setattr(bot, "plan", closed)  # another reason: recorded, once
+    for _ in range(2):
+        post(url, webhook(unknown))
+    assert [r["reason"] for r in refusals(bot)][1:] == ["the lab is closed"]
+    assert len(proposing.listing(bot, open_only=False)) == 2
