@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pwd
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -41,6 +42,17 @@ def _duration_text(value: object) -> str:
     seconds."""
     seconds = parse_duration(value)  # type: ignore[arg-type]  # it refuses other types
     return value if isinstance(value, str) else f"{seconds:g}s"
+
+
+def _refuse_secrets(data: object, keys: Collection[str], instead: str) -> object:
+    """A section's raw data, unless it holds a secret: secrets never go in the file (it is
+    read by more people than the secrets should be), and the error never echoes them."""
+    if isinstance(data, dict):
+        found = [key for key in data if key in keys]
+        if found:
+            raise ValueError(f"{', '.join(found)}: secrets do not belong in the configuration "
+                             f"file; set {instead}")
+    return data
 
 
 # A duration in the one grammar (kit.durations): 90s, 30m, 1.5h, or a number of seconds.
@@ -135,14 +147,8 @@ class ServerConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_plain_token(cls, data: object) -> object:
-        if isinstance(data, dict):
-            found = [key for key in data if key in ALERTS_SECRET_KEYS]
-            if found:
-                raise ValueError(
-                    f"{', '.join(found)}: secrets do not belong in the configuration file; set "
-                    "RUNBOOK_ALERTS_TOKEN in the environment or name a file with "
-                    "alerts_token_file")
-        return data
+        return _refuse_secrets(data, ALERTS_SECRET_KEYS, "RUNBOOK_ALERTS_TOKEN in the "
+                               "environment or name a file with alerts_token_file")
 
     @model_validator(mode="after")
     def _token_needs_bearer(self) -> ServerConfig:
@@ -207,14 +213,9 @@ class SlackConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_plain_secrets(cls, data: object) -> object:
-        if isinstance(data, dict):
-            found = [key for key in data if key in SECRET_KEYS]
-            if found:
-                raise ValueError(
-                    f"{', '.join(found)}: secrets do not belong in the configuration file; set "
-                    "SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN in the environment "
-                    "or name files with bot_token_file, signing_secret_file, app_token_file")
-        return data
+        return _refuse_secrets(data, SECRET_KEYS, "SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, "
+                               "SLACK_APP_TOKEN in the environment or name files with "
+                               "bot_token_file, signing_secret_file, app_token_file")
 
 
 class LeaderElectionConfig(BaseModel):
