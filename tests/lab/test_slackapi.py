@@ -384,13 +384,15 @@ def test_signed_command_click_and_response_url(slack: slackclient.LabSlack,
             assert answer.read() == b"ok"
     with pytest.raises(urllib.error.HTTPError) as used:
         urllib.request.urlopen(request, timeout=10)
-    assert used.value.code == 404 and json.load(used.value)["error"] == "used_url"
+    with used.value:
+        assert used.value.code == 404 and json.load(used.value)["error"] == "used_url"
     made_up = urllib.request.Request(f"{slack.url}/_lab/response/made-up", method="POST",
                                      data=b'{"text": "hi"}',
                                      headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as unknown:
         urllib.request.urlopen(made_up, timeout=10)
-    assert unknown.value.code == 404 and json.load(unknown.value)["error"] == "no_service"
+    with unknown.value:
+        assert unknown.value.code == 404 and json.load(unknown.value)["error"] == "no_service"
     kept = {r["id"]: r for r in slackclient.fake_call(slack.url, "GET", "responses")}
     assert kept["made-up"]["unregistered"] and kept["made-up"]["posts"][0]["body"] \
         == {"text": "hi"}

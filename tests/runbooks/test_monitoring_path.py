@@ -165,6 +165,7 @@ def test_xid_79_becomes_one_swap_gpu_proposal(lab: Lab, served: Any) -> None:
     request = urllib.request.Request(url + "/alerts", data=b"{}", method="POST")
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=5)
+    refused.value.close()  # the error holds the response and its socket
     assert refused.value.code == 401
     started = time.monotonic()
     lab.lab("fault", "gpu02", "xid=79", "xid_gpu=3")

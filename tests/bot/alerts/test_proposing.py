@@ -79,7 +79,8 @@ def post_with_headers(url: str, body: Any, authorization: str | None = f"Bearer 
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, json.loads(response.read()), response.headers
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read()), exc.headers
+        with exc:  # it holds the response and its socket
+            return exc.code, json.loads(exc.read()), exc.headers
 
 
 def webhook(*alerts: dict[str, Any]) -> dict[str, Any]:

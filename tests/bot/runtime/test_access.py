@@ -134,6 +134,7 @@ def post_alerts(port: int, authorization: str | None) -> int:
         with urllib.request.urlopen(request, timeout=5) as response:
             return int(response.status)
     except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the response and its socket
         return exc.code
 
 
