@@ -42,7 +42,7 @@ lint: venv
 
 # The whole suite; the lab is started once by a pytest fixture and stopped at the end.
 test: deps venv lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=30
 
 unit: venv
 	$(BIN)/pytest -q -m "not lab and not postgres and not image"
