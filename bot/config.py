@@ -143,6 +143,18 @@ class ServerConfig(BaseModel):
     # when it is the same firing re-sent, or fires again less than this long after it
     # resolved or after the last firing began (bot.alerts.proposing.receive)
     alert_refire_seconds: float = Field(default=300.0, ge=0)
+    # HTTP limits (bot.runtime.httpserver, bot.runtime.web): a client gets this long to send
+    # a request's line and headers, then its body; an idle kept-alive connection is closed
+    header_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    read_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    keepalive_seconds: float = Field(default=5.0, ge=1, le=300)
+    # requests in flight at once (answered 503 with Retry-After beyond; /healthz always answers)
+    max_requests_in_flight: int = Field(default=64, ge=1, le=10_000)
+    # on SIGTERM: stop accepting, give the requests in flight this long to finish
+    shutdown_grace_seconds: float = Field(default=20.0, ge=1, le=600)
+    # HTTPS: both files (PEM), relative to this file; neither: plain HTTP (TLS in front)
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -154,6 +166,8 @@ class ServerConfig(BaseModel):
     def _token_needs_bearer(self) -> ServerConfig:
         if self.alerts_auth == "none" and self.alerts_token_file is not None:
             raise ValueError("alerts_token_file is set but alerts_auth is none: remove one")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together: set both or neither")
         return self
 
 
@@ -347,7 +361,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     if "runbook_paths" in raw and isinstance(raw["runbook_paths"], list):
         raw["runbook_paths"] = [str(base / p) for p in raw["runbook_paths"]]
     for section, keys in (("slack", ("bot_token_file", "signing_secret_file", "app_token_file")),
-                          ("server", ("alerts_token_file",))):
+                          ("server", ("alerts_token_file", "tls_cert_file", "tls_key_file"))):
         found = raw.get(section)
         if isinstance(found, dict):
             for key in keys:

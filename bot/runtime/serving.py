@@ -1,103 +1,32 @@
 """``runbook serve``: the bot's HTTP server and its engine and other background tasks.
 
 It imports no surface: surfaces hand it POST routes (``Route``) and tasks (``Task``); which
-tasks run in this replica is bot.runtime.leadership's to say.
+tasks run in this replica is bot.runtime.leadership's to say. The HTTP application is
+bot.runtime.web's, run under uvicorn by bot.runtime.httpserver.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import text
 
 from bot.alerts import proposing
+from bot.config import ServerConfig
 from bot.execution.engine import Reporter
-from bot.runtime import access
+from bot.runtime import access, metrics, web
+from bot.runtime.httpserver import HttpServer, Settings
 from bot.runtime.leadership import Elector, Leadership, make_elector
 from bot.runtime.tasks import Task, engine_task
+from bot.runtime.web import Response, Route, json_response
 from bot.service import Service
-from bot.store.schema import audit_events, executions, proposals, step_states
-from bot.store.words import Kind
 
 MAX_BODY = access.MAX_BODY  # bytes: a larger request body is refused with 413
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Response:
-    status: int
-    body: bytes
-    content_type: str = "application/json"
-    headers: tuple[tuple[str, str], ...] = ()  # more headers: (name, value)
-
-
-# A POST route: (request headers, raw body) -> response. Headers keys are lower case.
-Route = Callable[[Mapping[str, str], bytes], Response]
-
-
-STEP_BUCKETS = (0.1, 1.0, 10.0, 60.0, 600.0, 3600.0)
-
-
-class BotCollector:
-    """Metrics read from the database at scrape time, so every replica reports the same."""
-
-    def __init__(self, bot: Service) -> None:
-        self._bot = bot
-
-    def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        with self._bot.db.connect() as conn:
-            by_state = conn.execute(select(executions.c.runbook, executions.c.state, func.count())
-                                    .group_by(executions.c.runbook, executions.c.state)).all()
-            kinds: dict[str, int] = dict(conn.execute(
-                select(audit_events.c.kind, func.count())
-                .where(audit_events.c.kind.in_([Kind.CHECK_EVALUATED, Kind.APPROVED, Kind.DENIED,
-                                                Kind.STEP_FINISHED, Kind.STEP_FAILED]))
-                .group_by(audit_events.c.kind)).all())
-            open_proposals = conn.execute(select(func.count()).select_from(proposals)
-                                          .where(proposals.c.state == "open")).scalar_one()
-        gauge = GaugeMetricFamily("runbook_executions", "Executions by runbook and state",
-                                  labels=["runbook", "state"])
-        for runbook, state, count in by_state:
-            gauge.add_metric([runbook, state], count)
-        yield gauge
-        events = CounterMetricFamily("runbook_audit_events", "Audit events by kind",
-                                     labels=["kind"])
-        for kind, count in sorted(kinds.items()):
-            events.add_metric([kind], count)
-        yield events
-        yield GaugeMetricFamily("runbook_open_proposals", "Alert proposals waiting for a person",
-                                value=open_proposals)
-        yield self._step_durations()
-
-    def _step_durations(self) -> Any:
-        from datetime import datetime
-
-        from prometheus_client.core import HistogramMetricFamily
-
-        with self._bot.db.connect() as conn:
-            rows = conn.execute(select(step_states.c.started_at, step_states.c.finished_at)
-                                .where(step_states.c.state == "succeeded",
-                                       step_states.c.started_at.is_not(None),
-                                       step_states.c.finished_at.is_not(None))).all()
-        durations = [
-            (datetime.fromisoformat(end.rstrip("Z")) - datetime.fromisoformat(start.rstrip("Z")))
-            .total_seconds() for start, end in rows]
-        counts = [sum(1 for d in durations if d <= edge) for edge in STEP_BUCKETS]
-        histogram = HistogramMetricFamily("runbook_step_duration_seconds",
-                                          "Duration of succeeded steps")
-        histogram.add_metric([], [(f"{edge:g}", count) for edge, count in
-                                  zip(STEP_BUCKETS, counts, strict=True)]
-                             + [("+Inf", len(durations))], sum_value=sum(durations))
-        return histogram
 
 
 def health(bot: Service, leadership: Callable[[], Mapping[str, Any]] | None) -> Response:
@@ -106,8 +35,8 @@ def health(bot: Service, leadership: Callable[[], Mapping[str, Any]] | None) -> 
         with bot.db.connect() as conn:
             conn.execute(text("SELECT 1"))
     except Exception as exc:
-        return _json(503, {"status": "unhealthy", "database": str(exc)[:200]})
-    return _json(200, {"status": "ok", **(leadership() if leadership else {})})
+        return json_response(503, {"status": "unhealthy", "database": str(exc)[:200]})
+    return json_response(200, {"status": "ok", **(leadership() if leadership else {})})
 
 
 def alerts(bot: Service, body: bytes) -> Response:
@@ -115,12 +44,12 @@ def alerts(bot: Service, body: bytes) -> Response:
     try:
         webhook = proposing.parse(body)
     except proposing.BadPayload as exc:
-        return _json(400, {"error": str(exc)})
+        return json_response(400, {"error": str(exc)})
     try:
         touched = proposing.receive(bot, webhook)
     except proposing.TooManyAlerts as exc:
-        return _json(413, {"error": str(exc)})
-    return _json(200, {"proposals": [
+        return json_response(413, {"error": str(exc)})
+    return json_response(200, {"proposals": [
         {"id": p.id, "runbook": p.runbook, "params": p.params, "state": p.state,
          "alert_status": p.alert_status, "fingerprint": p.fingerprint, "note": p.note}
         for p in touched]})
@@ -142,99 +71,7 @@ def alerts_route(bot: Service, token: str | None) -> Route:
 def unauthorized(problem: str, *, invalid: bool) -> Response:
     """401 with the challenge RFC 6750 asks for; the answer never holds what was sent."""
     challenge = 'Bearer realm="gpu-runbook-bot"' + (', error="invalid_token"' if invalid else "")
-    return _json(401, {"error": problem}, headers=(("WWW-Authenticate", challenge),))
-
-
-def _json(status: int, data: Any, headers: tuple[tuple[str, str], ...] = ()) -> Response:
-    return Response(status, json.dumps(data).encode(), headers=headers)
-
-
-def header_map(items: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Request headers by lower-case name; one sent twice keeps both values, joined by ", "
-    (so a doubled Content-Length or Authorization is refused, not one of them picked)."""
-    found: dict[str, str] = {}
-    for name, value in items:
-        key = name.lower()
-        found[key] = f"{found[key]}, {value}" if key in found else value
-    return found
-
-
-def answer_post(posts: Mapping[str, Route], path: str, headers: Mapping[str, str],
-                read: Callable[[int], bytes]) -> tuple[Response, bool]:
-    """The answer to POST ``path`` and whether its body was read: 404 for a path no route
-    takes, 400 or 413 for a Content-Length that is not 1 to MAX_BODY, else the route's."""
-    if path not in posts:
-        known = ", ".join(["/alerts", *sorted(set(posts) - {"/alerts"})])
-        return _json(404, {"error": f"no {path} here: POST {known}"}), False
-    try:
-        length = access.content_length(headers.get("content-length"))
-    except access.BodyRefused as exc:
-        return _json(exc.status, {"error": str(exc)}), False
-    return posts[path](headers, read(length)), True
-
-
-def make_handler(bot: Service, routes: Mapping[str, Route] | None = None, *,
-                 alerts_token: str | None,
-                 leadership: Callable[[], Mapping[str, Any]] | None = None,
-                 ) -> type[BaseHTTPRequestHandler]:
-    """The HTTP handler:
-
-        POST /alerts    Alertmanager's webhook (version 4) -> proposals; with
-                        ``alerts_token``, only with Authorization: Bearer <it> (else 401)
-        GET  /healthz   200 when the database answers (followers too); says whether this
-                        replica leads: {"status": "ok", "leader": false, "replica": ...}
-        GET  /metrics   Prometheus metrics (executions, checks, approvals, proposals)
-
-    and the surfaces' POST ``routes`` (Slack at /slack/events). A POST body must be 1 byte to
-    MAX_BODY (400, 413). ``leadership``: what /healthz adds about leader election
-    (Leadership.status).
-    """
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    registry = CollectorRegistry()
-    registry.register(BotCollector(bot))
-    posts: dict[str, Route] = {"/alerts": alerts_route(bot, alerts_token), **(routes or {})}
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # requests are not worth a line each; the audit log has what matters
-
-        def _send(self, answer: Response) -> None:
-            self.send_response(answer.status)
-            self.send_header("Content-Type", answer.content_type)
-            self.send_header("Content-Length", str(len(answer.body)))
-            for name, value in answer.headers:
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(answer.body)
-
-        def do_GET(self) -> None:
-            if self.path == "/healthz":
-                self._send(health(bot, leadership))
-            elif self.path == "/metrics":
-                self._send(Response(200, generate_latest(registry), "text/plain; version=0.0.4"))
-            else:
-                self._send(_json(404, {"error": f"no {self.path} here: /alerts, /healthz, "
-                                                "/metrics"}))
-
-        def do_POST(self) -> None:
-            answer, read = answer_post(posts, self.path.split("?", 1)[0],
-                                       header_map(self.headers.items()), self.rfile.read)
-            if not read:  # a body left unread must not be parsed as the next request
-                self.close_connection = True
-            self._send(answer)
-
-    return Handler
-
-
-class Server(ThreadingHTTPServer):
-    # Bursts of chat requests (20 at once is common when a channel reacts to an incident):
-    # the default listen backlog of 5 resets connections.
-    request_queue_size = 128
-    daemon_threads = True
+    return json_response(401, {"error": problem}, headers=(("WWW-Authenticate", challenge),))
 
 
 def serve(bot: Service, host: str, port: int, report: Reporter,
@@ -262,9 +99,11 @@ def serve(bot: Service, host: str, port: int, report: Reporter,
         elector or make_elector(bot.config, bot.backends.get("kubernetes")),
         [task for task in everything if task.leader_only],
         retry_seconds=bot.config.leader_election.retry_seconds)
-    try:
-        server = Server((host, port), make_handler(bot, routes, alerts_token=alerts.token,
-                                                   leadership=leadership.status))
+    try:  # bound and accepting before any task starts; a port in use fails here
+        server = HttpServer(application(bot, routes, alerts_token=alerts.token,
+                                        leadership=leadership.status),
+                            host, port, http_settings(bot.config.server))
+        server.start()
     except BaseException:
         leadership.elector.release()
         raise
@@ -274,12 +113,43 @@ def serve(bot: Service, host: str, port: int, report: Reporter,
                                     name="leader-election"))
     for thread in threads:
         thread.start()
-    web = threading.Thread(target=server.serve_forever, daemon=True, name="http")
-    web.start()
     try:
         stop.wait()
-    finally:
-        server.shutdown()
-        server.server_close()
+    finally:  # stop accepting, let the requests in flight finish; the leadership is given
+        stop.set()  # up by leadership.run as it ends
+        server.stop()
         for thread in threads:
             thread.join(timeout=30)
+
+
+def application(bot: Service, routes: Mapping[str, Route] | None = None, *,
+                alerts_token: str | None,
+                leadership: Callable[[], Mapping[str, Any]] | None = None) -> web.Asgi:
+    """The HTTP application:
+
+        POST /alerts    Alertmanager's webhook (version 4) -> proposals; with
+                        ``alerts_token``, only with Authorization: Bearer <it> (else 401)
+        GET  /healthz   200 when the database answers (followers too); says whether this
+                        replica leads: {"status": "ok", "leader": false, "replica": ...}
+        GET  /metrics   Prometheus metrics (executions, checks, approvals, proposals, and
+                        runbook_http_request_duration_seconds)
+
+    and the surfaces' POST ``routes`` (Slack at /slack/events). A POST body must be 1 byte to
+    MAX_BODY (400, 413). ``leadership``: what /healthz adds about leader election
+    (Leadership.status).
+    """
+    registry, histogram = metrics.registry_for(bot)
+    posts = {"/alerts": alerts_route(bot, alerts_token), **(routes or {})}
+    return web.build(posts, health=lambda: health(bot, leadership), registry=registry,
+                     histogram=histogram, limits=limits(bot.config.server))
+
+
+def limits(server: ServerConfig) -> web.Limits:
+    return web.Limits(read_timeout=server.read_timeout_seconds,
+                      max_requests=server.max_requests_in_flight)
+
+
+def http_settings(server: ServerConfig) -> Settings:
+    return Settings(header_timeout=server.header_timeout_seconds,
+                    keepalive=server.keepalive_seconds, grace=server.shutdown_grace_seconds,
+                    tls_cert_file=server.tls_cert_file, tls_key_file=server.tls_key_file)

@@ -480,6 +480,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import threading
 
     from bot.runtime.access import AlertsAuthError, alerts_access
+    from bot.runtime.httpserver import ListenError
     from bot.runtime.serving import serve
     from bot.runtime.tasks import scheduler_task
 
@@ -508,13 +509,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
             surface.report(execution_id, line)
 
     paths = ", ".join(["/alerts", "/healthz", "/metrics", *routes])
-    print(f"serving on http://{host}:{port} ({paths})"
+    scheme = "https" if config.server.tls_cert_file else "http"
+    print(f"serving on {scheme}://{host}:{port} ({paths})"
           + (f"; Slack in {slack.mode} mode" if slack else "; Slack not set up"), flush=True)
     stop = threading.Event()  # SIGTERM (a pod stopping): give the leadership up, then exit
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    serve(bot, host, port, report, stop, routes=routes, tasks=tasks, alerts=alerts)
+    _log_requests()
+    try:
+        serve(bot, host, port, report, stop, routes=routes, tasks=tasks, alerts=alerts)
+    except ListenError as exc:
+        raise UsageError(str(exc)) from None
     return EXIT_OK
+
+
+def _log_requests() -> None:
+    """One line per HTTP request on stderr (bot.runtime.web: never a header or a body);
+    other libraries keep to warnings."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    logging.getLogger("bot").addHandler(handler)
+    logging.getLogger("bot").setLevel(logging.INFO)
 
 
 def _slack_surface(bot: Service) -> SlackSurface | None:

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bot.runtime.serving import Response, Route
 from bot.runtime.tasks import Task
+from bot.runtime.web import Response, Route
 from bot.service import Service
 from bot.surfaces.slack import secrets as slack_secrets
 from bot.surfaces.slack.app import Listeners, build_app

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,7 +19,8 @@ import pytest
 from bot.alerts import proposing
 from bot.config import ServerConfig
 from bot.runtime import access
-from bot.runtime.serving import make_handler
+from bot.runtime.httpserver import HttpServer, Settings
+from bot.runtime.serving import application
 from bot.store import audit
 from bot.store.schema import executions
 from bot.surfaces.chat import commands
@@ -43,23 +42,15 @@ RULES = [
 
 @pytest.fixture
 def served(make_bot: BotFactory) -> Iterator[tuple[Any, str]]:
-    from http.server import ThreadingHTTPServer
-
     fakes.reset()
     bot = make_bot({"demo": runbook([record("a", "a")], risk="medium"),
                     "harmless": {**runbook([record("h", "h")], risk="low"), "name": "harmless",
                                  "locks": []}},
                    alert_rules=RULES)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(bot, alerts_token=TOKEN))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)  # shutdown() waits for a poll
-    thread.start()
-    yield bot, f"http://127.0.0.1:{port}"
-    server.shutdown()
-    server.server_close()
+    server = HttpServer(application(bot, alerts_token=TOKEN), "127.0.0.1", 0, Settings(grace=1))
+    server.start()
+    yield bot, f"http://127.0.0.1:{server.port}"
+    server.stop()
 
 
 def post(url: str, body: Any, authorization: str | None = f"Bearer {TOKEN}",

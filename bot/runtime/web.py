@@ -1,0 +1,192 @@
+"""The ASGI application ``runbook serve`` runs under uvicorn (bot.runtime.httpserver).
+
+Routes are plain functions ``(headers, body) -> Response`` run in a worker thread, so the
+event loop only reads requests and writes answers. Before a route runs, the body is
+checked (bot.runtime.access) and read within ``read_timeout``; at most ``max_requests``
+requests are in flight (503 beyond); each answer is timed and logged without secrets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response as Answer
+from starlette.routing import Route as Path
+
+from bot.runtime import access
+
+access_log = logging.getLogger("bot.access")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()  # more headers: (name, value)
+
+
+# A POST route: (request headers, raw body) -> response. Headers keys are lower case.
+Route = Callable[[Mapping[str, str], bytes], Response]
+
+
+@dataclass(frozen=True)
+class Limits:
+    read_timeout: float = 30.0  # seconds to receive a whole body once the headers are in
+    max_requests: int = 64  # requests in flight at once; more are answered 503
+
+
+def json_response(status: int, data: Any, headers: tuple[tuple[str, str], ...] = ()
+                  ) -> Response:
+    return Response(status, json.dumps(data).encode(), headers=headers)
+
+
+def header_map(items: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Request headers by lower-case name; one sent twice keeps both values, joined by ", "
+    (so a doubled Authorization is refused, not one of them picked)."""
+    found: dict[str, str] = {}
+    for raw_name, raw_value in items:
+        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+        found[name] = f"{found[name]}, {value}" if name in found else value
+    return found
+
+
+def _answer(response: Response, *, close: bool = False) -> Answer:
+    headers = dict(response.headers)
+    if close:  # the body was not read: it must not be taken for the next request
+        headers["Connection"] = "close"
+    return Answer(response.body, response.status, headers=headers,
+                  media_type=response.content_type)
+
+
+def post_endpoint(route: Route, limits: Limits) -> Callable[[Request], Awaitable[Answer]]:
+    """A POST route behind the body checks: Content-Length 1 to MAX_BODY (400, 413, unread
+    and the connection closed), the whole body within ``read_timeout`` (408)."""
+
+    async def endpoint(request: Request) -> Answer:
+        headers = header_map(request.headers.raw)
+        try:
+            access.content_length(headers.get("content-length"))
+        except access.BodyRefused as exc:
+            return _answer(json_response(exc.status, {"error": str(exc)}), close=True)
+        try:
+            body = await asyncio.wait_for(request.body(), limits.read_timeout)
+        except ClientDisconnect:  # nobody is left to answer; nothing was done
+            return _answer(json_response(400, {"error": "the client went away"}), close=True)
+        except TimeoutError:
+            return _answer(json_response(408, {"error": "the body did not arrive within "
+                                                        f"{limits.read_timeout:g}s"}),
+                           close=True)
+        return _answer(await run_in_threadpool(route, headers, body))
+
+    return endpoint
+
+
+def build(posts: Mapping[str, Route], *, health: Callable[[], Response],
+          registry: CollectorRegistry, histogram: Histogram, limits: Limits) -> Asgi:
+    """The application: GET /healthz and /metrics, and ``posts`` (path -> route)."""
+
+    async def healthz(request: Request) -> Answer:
+        return _answer(await run_in_threadpool(health))
+
+    async def metrics(request: Request) -> Answer:
+        text = await run_in_threadpool(generate_latest, registry)
+        return Answer(text, 200, media_type="text/plain; version=0.0.4")
+
+    paths = [Path("/healthz", healthz, methods=["GET"]), Path("/metrics", metrics, methods=["GET"])]
+    paths += [Path(path, post_endpoint(route, limits), methods=["POST"])
+              for path, route in posts.items()]
+    where = "GET /healthz, /metrics; POST " + ", ".join(posts)
+
+    async def refused(request: Request, exc: Exception) -> Answer:
+        assert isinstance(exc, HTTPException)
+        what = (f"no {request.url.path} here: {where}" if exc.status_code == 404
+                else f"{request.url.path} does not take {request.method}: {where}")
+        return _answer(json_response(exc.status_code, {"error": what},
+                                     tuple((exc.headers or {}).items())))
+
+    app = Starlette(routes=paths, exception_handlers={404: refused, 405: refused})
+    known = {"/healthz", "/metrics", *posts}
+    return Observed(Bounded(app, limits.max_requests), histogram, known)
+
+
+class Bounded:
+    """At most ``most`` requests in flight; the next ones are answered 503 at once, so a
+    burst queues in the clients (Slack and Alertmanager retry), not in this process.
+    /healthz is never turned away: a busy replica is not a dead one."""
+
+    def __init__(self, app: Asgi, most: int) -> None:
+        self.app = app
+        self.most = most
+        self.busy = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] == "/healthz":
+            await self.app(scope, receive, send)
+            return
+        if self.busy >= self.most:
+            answer = _answer(json_response(503, {"error": f"{self.most} requests are in "
+                                                          "flight; try again"},
+                                           (("Retry-After", "1"),)), close=True)
+            await answer(scope, receive, send)
+            return
+        self.busy += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.busy -= 1
+
+
+class Observed:
+    """Times every answer into the histogram and logs one access line: client, method,
+    route, status, milliseconds. Never a header, a query string or a body (tokens and
+    signatures travel there); a path no route takes is logged as "other"."""
+
+    def __init__(self, app: Asgi, histogram: Histogram, known: set[str]) -> None:
+        self.app = app
+        self.histogram = histogram
+        self.known = known
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what the client sees when the application fails before answering
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            seconds = time.perf_counter() - started
+            route = scope["path"] if scope["path"] in self.known else "other"
+            method = scope["method"] if scope["method"] in _METHODS else "other"
+            self.histogram.labels(method, route, str(status)).observe(seconds)
+            client = scope.get("client") or ("-", 0)
+            access_log.info("%s %s %s %d %.1fms", client[0], method, route, status,
+                            seconds * 1000)
+
+
+_METHODS = {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"}
