@@ -343,17 +343,40 @@ def listing(bot: Service, *, open_only: bool = True) -> list[Proposal]:
 
 
 def run(bot: Service, proposal_id: int, user: str, *, configured: bool = False) -> int:
-    """The Run button: request the proposed runbook as ``user``; returns the execution."""
+    """The Run button: request the proposed runbook as ``user``; returns the execution.
+    The proposal is claimed first (open to started, in one statement), so two people who
+    press Run at once make one execution; the other is told it was taken."""
     proposal = get(bot, proposal_id)
     if proposal.state != "open":
         raise Refused(f"proposal {proposal_id} is {proposal.state}, not open")
-    execution_id = bot.request(proposal.runbook, proposal.params, user, source="alert",
-                               configured=configured)
+    _claim(bot, proposal_id, "started")
+    try:
+        execution_id = bot.request(proposal.runbook, proposal.params, user, source="alert",
+                                   configured=configured)
+    except BaseException:  # refused (or failed): the proposal is open again, as it was
+        with bot.db.begin() as conn:
+            conn.execute(update(proposals).where(
+                proposals.c.id == proposal_id, proposals.c.state == "started",
+                proposals.c.execution_id.is_(None)).values(state="open", updated_at=now_iso()))
+        raise
     with bot.db.begin() as conn:
-        _set(conn, proposal_id, state="started", execution_id=execution_id)
+        _set(conn, proposal_id, execution_id=execution_id)
         audit.append(conn, Kind.PROPOSAL_STARTED, user,
                      {"proposal": proposal_id, "execution": execution_id}, execution_id)
     return execution_id
+
+
+def _claim(bot: Service, proposal_id: int, state: str) -> None:
+    """Move an open proposal to ``state``; Refused when it is no longer open (someone else
+    ran or dismissed it a moment ago)."""
+    with bot.db.begin() as conn:
+        claimed = conn.execute(update(proposals).where(
+            proposals.c.id == proposal_id, proposals.c.state == "open").values(
+            state=state, updated_at=now_iso())).rowcount
+    if claimed != 1:
+        now = get(bot, proposal_id).state
+        raise Refused(f"proposal {proposal_id} is {now}, not open (someone acted on it a "
+                      "moment ago)")
 
 
 def dismiss(bot: Service, proposal_id: int, user: str, reason: str | None) -> Proposal:
@@ -361,14 +384,17 @@ def dismiss(bot: Service, proposal_id: int, user: str, reason: str | None) -> Pr
     if not bot.config.matches(user, bot.config.requesters):
         raise Refused(f"{user} may not dismiss proposals: only those who may request runs "
                       f"may (requesters: {', '.join(bot.config.requesters)})")
-    proposal = get(bot, proposal_id)
-    if proposal.state != "open":
-        raise Refused(f"proposal {proposal_id} is {proposal.state}, not open")
     with bot.db.begin() as conn:
-        _set(conn, proposal_id, state="dismissed", note=reason)
-        audit.append(conn, Kind.PROPOSAL_DISMISSED, user, {"proposal": proposal_id,
-                                                            "reason": reason})
-    return get(bot, proposal_id)
+        claimed = conn.execute(update(proposals).where(
+            proposals.c.id == proposal_id, proposals.c.state == "open").values(
+            state="dismissed", note=reason, updated_at=now_iso())).rowcount
+        if claimed == 1:
+            audit.append(conn, Kind.PROPOSAL_DISMISSED, user, {"proposal": proposal_id,
+                                                                "reason": reason})
+    proposal = get(bot, proposal_id)
+    if claimed != 1:
+        raise Refused(f"proposal {proposal_id} is {proposal.state}, not open")
+    return proposal
 
 
 def _from_row(row: Any) -> Proposal:

@@ -28,13 +28,16 @@ import pytest
 import yaml
 from sqlalchemy import select
 
+from bot.alerts import proposing
 from bot.execution import executions
 from bot.execution.checks.core import Checks
 from bot.runbooks.catalogue import Catalogue
 from bot.runbooks.params import Inventory
 from bot.service import Service
 from bot.store import audit, db
-from bot.store.schema import approvals
+from bot.store.schema import approvals, proposals
+from bot.store.words import Kind
+from kit.canonical import canonical
 from kit.errors import Refused
 from tests import postgres
 from tests.bot import fakes
@@ -79,6 +82,10 @@ def _decide(bot: Service, op: str, execution_id: int, user: str) -> str:
         return bot.deny(execution_id, user, "racing").state
     if op == "cancel":
         return bot.cancel(execution_id, user).state
+    if op == "proposal_run":  # here execution_id is a proposal's id
+        return f"execution {proposing.run(bot, execution_id, user)}"
+    if op == "proposal_dismiss":
+        return proposing.dismiss(bot, execution_id, user, "racing").state
     raise AssertionError(op)
 
 
@@ -203,6 +210,32 @@ class Racers:
         errors = [o for o in outcomes if o.result == "error"]
         assert not errors, f"execution {execution_id}: {errors}"
         return self.look(execution_id), outcomes
+
+    def race_proposal(self, first: tuple[str, str], second: tuple[str, str],
+                      ) -> tuple[Any, list[Outcome], list[int]]:
+        """An open proposal of runbook "one", acted on by both sides at the same moment; the
+        proposal after it, the outcomes in the given order, and the executions it made."""
+        self.trials += 1
+        ticket = f"proposal-{self.trials}"
+        with self.bot.db.begin() as conn:
+            key = conn.execute(proposals.insert().values(
+                fingerprint=f"fp{self.trials}", alertname="GpuRace", labels="{}",
+                runbook="one", params=canonical({"ticket": ticket}), state="open",
+                alert_status="firing", created_at="2026-12-01T00:00:00Z",
+                updated_at="2026-12-01T00:00:00Z")).inserted_primary_key
+        assert key is not None
+        proposal_id = int(key[0])
+        sides = [first, second] if self.trials % 2 else [second, first]
+        answers = self.workers.decide(self.url, self.folder, proposal_id, sides, [0.0, 0.0])
+        outcomes = [Outcome(*sides[i], *answers[i]) for i in range(2)]
+        if self.trials % 2 == 0:
+            outcomes.reverse()
+        assert not [o for o in outcomes if o.result == "error"], outcomes
+        with self.bot.db.connect() as conn:
+            made = [e["execution_id"] for e in audit.events(conn)
+                    if e["kind"] == Kind.REQUESTED and e["data"].get("params") == {
+                        "ticket": ticket}]
+        return proposing.get(self.bot, proposal_id), outcomes, made
 
     def look(self, execution_id: int) -> Trial:
         with self.bot.db.connect() as conn:
@@ -334,4 +367,29 @@ def test_one_approver_twice_at_once_counts_once(racers: Racers) -> None:
         assert trial.decisions == [("carol", "approve")], where
         assert [e["data"]["approvals"] for e in trial.kinds("approved")] == [1], where
         assert racers.bot.approvals(trial.execution_id) == ["carol"], where
+    assert audit.verify(racers.bot.db).ok
+
+
+def test_two_runs_of_one_proposal_at_once_make_one_execution(racers: Racers) -> None:
+    for _ in range(trials(racers)):
+        proposal, outcomes, made = racers.race_proposal(("proposal_run", "alice"),
+                                                        ("proposal_run", "bob"))
+        where = f"proposal {proposal.id}: {outcomes}, executions {made}"
+        assert sorted(o.result for o in outcomes) == ["done", "refused"], where
+        won = next(o for o in outcomes if o.result == "done")
+        assert len(made) == 1 and won.detail == f"execution {made[0]}", where
+        assert (proposal.state, proposal.execution_id) == ("started", made[0]), where
+    assert audit.verify(racers.bot.db).ok
+
+
+def test_run_racing_dismiss_of_one_proposal_does_one_of_them(racers: Racers) -> None:
+    for _ in range(trials(racers)):
+        proposal, (run, dismiss), made = racers.race_proposal(("proposal_run", "alice"),
+                                                              ("proposal_dismiss", "bob"))
+        where = f"proposal {proposal.id}: {run}, {dismiss}, executions {made}"
+        assert sorted([run.result, dismiss.result]) == ["done", "refused"], where
+        if run.result == "done":
+            assert (proposal.state, len(made)) == ("started", 1), where
+        else:
+            assert (proposal.state, made) == ("dismissed", []), where
     assert audit.verify(racers.bot.db).ok
