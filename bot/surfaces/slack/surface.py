@@ -70,6 +70,10 @@ class SlackSurface:
         self.poster.report(execution_id, line)
 
     def _http(self, headers: Mapping[str, str], body: bytes) -> Response:
+        """POST /slack/events. Bolt's Starlette adapter (slack_bolt.adapter.starlette) does
+        what this does, but calls App.dispatch on the event loop, where Bolt waits for the
+        listener's ack in 10 ms sleeps: every other request would wait behind it. As a route
+        this runs in the server's thread pool, after its body checks."""
         from slack_bolt import BoltRequest
 
         answer = self.app.dispatch(BoltRequest(body=body.decode("utf-8", "replace"),
