@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
+import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from adapters.alertmanager import parse_time
@@ -31,6 +32,7 @@ from kit.errors import Refused
 
 ALERT_USER = "alertmanager"  # who requests the runbooks alerts run on their own
 
+_PROPOSAL_LOCK = 0x6772_7061  # advisory lock class: one proposal recorded per fingerprint
 _log = logging.getLogger(__name__)
 
 
@@ -247,7 +249,9 @@ def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule,
         plan = bot.plan(rule.runbook, params)
     except Refused as exc:
         return _refuse(bot, alert, rule, params, refused, str(exc))
-    proposal = _record(bot, alert, rule, params, "open", None)
+    proposal = _record(bot, alert, rule, params, "open", None, refused)
+    if proposal is None:  # proposed a moment ago by another request: it auto-ran there
+        return None
     if rule.auto_run:
         _auto_run(bot, proposal.id, plan.risk)
         return get(bot, proposal.id)
@@ -264,13 +268,19 @@ def _refuse(bot: Service, alert: WebhookAlert, rule: AlertRule, params: dict[str
         with bot.db.begin() as conn:
             changed = _refired(conn, previous, alert)
         return get(bot, previous.id) if changed else None
-    return _record(bot, alert, rule, params, "refused", note)
+    return _record(bot, alert, rule, params, "refused", note, previous)
 
 
 def _record(bot: Service, alert: WebhookAlert, rule: AlertRule, params: dict[str, str],
-            state: str, note: str | None) -> Proposal:
-    """A proposal, open or refused (with why), and its audit event."""
+            state: str, note: str | None, previous: Any = None) -> Proposal | None:
+    """A proposal, open or refused (with why), and its audit event; None when, since
+    ``previous`` was read, another request (Alertmanager's retry, another replica) recorded
+    one for this firing: the alert has its proposal, and only one."""
     with bot.db.begin() as conn:
+        _one_at_a_time(conn, alert.fingerprint)
+        current = _belongs_to(conn, alert, bot.config.server.alert_refire_seconds)
+        if current is not None and (previous is None or current.id != previous.id):
+            return None
         proposal_id = _insert(conn, alert, rule, params, state, note)
         kind = Kind.PROPOSED if state == "open" else Kind.PROPOSAL_REFUSED
         audit.append(conn, kind, ALERT_USER, {
@@ -278,6 +288,15 @@ def _record(bot: Service, alert: WebhookAlert, rule: AlertRule, params: dict[str
             "fingerprint": alert.fingerprint, "runbook": rule.runbook, "params": params,
             "reason": note})
     return get(bot, proposal_id)
+
+
+def _one_at_a_time(conn: Connection, fingerprint: str) -> None:
+    """Serialise recording a fingerprint's proposal until the transaction ends. SQLite's
+    BEGIN IMMEDIATE already does (bot.store.db); PostgreSQL's READ COMMITTED would let two
+    transactions both find no proposal and both insert one."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:a, :b)"),
+                     {"a": _PROPOSAL_LOCK, "b": zlib.crc32(fingerprint.encode()) & 0x7FFF_FFFF})
 
 
 def _insert(conn: Connection, alert: WebhookAlert, rule: AlertRule, params: dict[str, str],

@@ -3,7 +3,8 @@
 Two long-lived worker processes (started with "spawn", each with its own database
 connections) take one decision each per trial on a fresh request, released together by a
 shared barrier: approve against deny, approve against cancel, two approvers at once, and one
-approver twice at once. After every trial the execution, its recorded decisions and its audit
+approver twice at once; for alert proposals, two Runs, Run against Dismiss, and one new alert
+received twice. After every trial the execution, its recorded decisions and its audit
 events must tell one consistent story: a decision that lost the race is refused and leaves
 nothing applied. Run on PostgreSQL (READ COMMITTED: the compare-and-set's row lock decides)
 and on a SQLite file (WAL; BEGIN IMMEDIATE already serialises whole decisions there); the
@@ -12,6 +13,7 @@ audit chain verifies at the end.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import queue
 import random
@@ -47,6 +49,7 @@ from tests.conftest import lab_config
 # the most; the whole file stays within about a minute on two cores.
 TRIALS = {"postgres": 100, "sqlite": 10}
 DENY_TRIALS = {"postgres": 100, "sqlite": 10}
+PROPOSAL_TRIALS = {"postgres": 30, "sqlite": 5}  # each failed in its first trials before the fix
 SPAWN = multiprocessing.get_context("spawn")
 WAIT = 60.0  # seconds a worker or the test waits for the other side before giving up
 
@@ -67,8 +70,12 @@ def _runbook(name: str, required: int) -> dict[str, Any]:
 RUNBOOKS = {"one": _runbook("one", 1), "two": _runbook("two", 2)}
 
 
+ALERT_RULES = [{"match": {"alertname": "GpuRace"}, "runbook": "one",
+                "params": {"ticket": "{{ labels.ticket }}"}}]
+
+
 def _bot(url: str, folder: str) -> Service:
-    config = lab_config(url, Path(folder))
+    config = lab_config(url, Path(folder), alert_rules=ALERT_RULES)
     nodes = frozenset(config.inventory.nodes)
     return Service(config=config, db=db.connect(config.resolved_database_url()),
                catalogue=Catalogue(fakes.test_actions()), checks=Checks({}, sleep=lambda s: None),
@@ -86,6 +93,14 @@ def _decide(bot: Service, op: str, execution_id: int, user: str) -> str:
         return f"execution {proposing.run(bot, execution_id, user)}"
     if op == "proposal_dismiss":
         return proposing.dismiss(bot, execution_id, user, "racing").state
+    if op == "alert":  # the same new firing, as a retry or a second replica receives it
+        made = proposing.receive(bot, proposing.parse(json.dumps({
+            "version": "4", "status": "firing", "alerts": [{
+                "status": "firing", "fingerprint": f"fp-new-{execution_id}",
+                "startsAt": "2026-12-01T00:00:00Z",
+                "labels": {"alertname": "GpuRace", "ticket": f"alert-{execution_id}"}}]}
+        ).encode()))
+        return " ".join(f"proposal {p.id} {p.state}" for p in made) or "none"
     raise AssertionError(op)
 
 
@@ -371,7 +386,7 @@ def test_one_approver_twice_at_once_counts_once(racers: Racers) -> None:
 
 
 def test_two_runs_of_one_proposal_at_once_make_one_execution(racers: Racers) -> None:
-    for _ in range(trials(racers)):
+    for _ in range(trials(racers, PROPOSAL_TRIALS)):
         proposal, outcomes, made = racers.race_proposal(("proposal_run", "alice"),
                                                         ("proposal_run", "bob"))
         where = f"proposal {proposal.id}: {outcomes}, executions {made}"
@@ -383,7 +398,7 @@ def test_two_runs_of_one_proposal_at_once_make_one_execution(racers: Racers) -> 
 
 
 def test_run_racing_dismiss_of_one_proposal_does_one_of_them(racers: Racers) -> None:
-    for _ in range(trials(racers)):
+    for _ in range(trials(racers, PROPOSAL_TRIALS)):
         proposal, (run, dismiss), made = racers.race_proposal(("proposal_run", "alice"),
                                                               ("proposal_dismiss", "bob"))
         where = f"proposal {proposal.id}: {run}, {dismiss}, executions {made}"
@@ -392,4 +407,23 @@ def test_run_racing_dismiss_of_one_proposal_does_one_of_them(racers: Racers) -> 
             assert (proposal.state, len(made)) == ("started", 1), where
         else:
             assert (proposal.state, made) == ("dismissed", []), where
+    assert audit.verify(racers.bot.db).ok
+
+
+def test_one_new_alert_received_twice_at_once_makes_one_proposal(racers: Racers) -> None:
+    for _ in range(trials(racers, PROPOSAL_TRIALS)):
+        racers.trials += 1
+        trial = racers.trials
+        answers = racers.workers.decide(racers.url, racers.folder, trial,
+                                        [("alert", "-"), ("alert", "-")], [0.0, 0.0])
+        with racers.bot.db.connect() as conn:
+            rows = conn.execute(select(proposals.c.id, proposals.c.state).where(
+                proposals.c.fingerprint == f"fp-new-{trial}")).all()
+            events = [e for e in audit.events(conn) if e["kind"] == Kind.PROPOSED
+                      and e["data"]["fingerprint"] == f"fp-new-{trial}"]
+        where = f"alert {trial}: {answers}, proposals {rows}"
+        assert [r for r, _ in answers] == ["done", "done"], where
+        assert [state for _, state in rows] == ["open"] and len(events) == 1, where
+        assert sorted(detail for _, detail in answers) == [
+            "none", f"proposal {rows[0][0]} open"], where
     assert audit.verify(racers.bot.db).ok
