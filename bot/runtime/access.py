@@ -11,7 +11,7 @@ import hmac
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bot.config import ServerConfig
@@ -55,10 +55,16 @@ class AlertsAuthError(Exception):
 
 @dataclass(frozen=True)
 class AlertsAccess:
-    """How POST /alerts is guarded: ``token`` None means not at all (``warning`` says so)."""
+    """How POST /alerts is guarded: ``tokens`` empty means not at all (``warning`` says so).
+    Two tokens while one is being rotated: both are taken."""
 
-    token: str | None = field(repr=False)
+    tokens: tuple[str, ...] = field(repr=False)
     warning: str | None = None
+
+    @property
+    def token(self) -> str | None:
+        """The first token (the one in use), None when /alerts is not guarded."""
+        return self.tokens[0] if self.tokens else None
 
 
 def is_loopback(host: str) -> bool:
@@ -72,10 +78,11 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def read_token(server: ServerConfig, env: Mapping[str, str] | None = None) -> str | None:
-    """The /alerts token: RUNBOOK_ALERTS_TOKEN, else ``server.alerts_token_file``'s content
-    (whitespace around it dropped, as Alertmanager drops it from credentials_file); None
-    when neither is set."""
+def read_tokens(server: ServerConfig, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The /alerts tokens: RUNBOOK_ALERTS_TOKEN, else ``server.alerts_token_file``'s content
+    (whitespace around it dropped, as Alertmanager drops it from credentials_file); none
+    when neither is set. Two tokens, separated by white space (one per line in the file), are
+    both taken: the old and the new while the token is rotated."""
     env = os.environ if env is None else env
     value = (env.get(TOKEN_ENV) or "").strip()
     where = TOKEN_ENV
@@ -88,30 +95,33 @@ def read_token(server: ServerConfig, env: Mapping[str, str] | None = None) -> st
             raise AlertsAuthError(f"cannot read {where}: {reason}") from None
         if not value:
             raise AlertsAuthError(f"{where} is empty: put the /alerts token in it")
-    if not value:
-        return None
-    if len(value) < MIN_TOKEN_LENGTH or not _TOKEN.fullmatch(value):
-        raise AlertsAuthError(
-            f"the /alerts token of {where} must be at least {MIN_TOKEN_LENGTH} characters of "
-            "letters, digits and -._~+/ (a bearer token), e.g. from `openssl rand -hex 32`")
-    return value
+    tokens = tuple(value.split())
+    if len(tokens) > 2:
+        raise AlertsAuthError(f"{where} holds {len(tokens)} tokens: one, or two while rotating")
+    for token in tokens:
+        if len(token) < MIN_TOKEN_LENGTH or not _TOKEN.fullmatch(token):
+            raise AlertsAuthError(
+                f"the /alerts token of {where} must be at least {MIN_TOKEN_LENGTH} characters "
+                "of letters, digits and -._~+/ (a bearer token), e.g. from `openssl rand -hex "
+                "32`")
+    return tokens
 
 
 def alerts_access(server: ServerConfig, host: str,
                   env: Mapping[str, str] | None = None) -> AlertsAccess:
     """How ``runbook serve`` on ``host`` guards POST /alerts; AlertsAuthError when it must not
     start (no token on a non-loopback address, or a token that cannot be read)."""
-    token = read_token(server, env)
+    tokens = read_tokens(server, env)
     if server.alerts_auth == "none":
-        if token is not None:
+        if tokens:
             raise AlertsAuthError(f"server.alerts_auth is none but {TOKEN_ENV} is set: unset "
                                   "it, or remove alerts_auth: none to require the token")
-        return AlertsAccess(None, "POST /alerts takes alerts from anyone who reaches "
+        return AlertsAccess((), "POST /alerts takes alerts from anyone who reaches "
                                   f"{host or 'this machine'} (server.alerts_auth: none)")
-    if token is not None:
-        return AlertsAccess(token)
+    if tokens:
+        return AlertsAccess(tokens)
     if is_loopback(host):
-        return AlertsAccess(None, f"POST /alerts is not authenticated: no {TOKEN_ENV} or "
+        return AlertsAccess((), f"POST /alerts is not authenticated: no {TOKEN_ENV} or "
                                   "server.alerts_token_file; anyone on this machine may post "
                                   "alerts")
     raise AlertsAuthError(
@@ -121,12 +131,14 @@ def alerts_access(server: ServerConfig, host: str,
         " or set server.alerts_auth: none if something in front of the bot authenticates")
 
 
-def bearer_problem(headers: Mapping[str, str], token: str) -> str | None:
-    """Why the request's ``authorization`` header (keys lower case) is not ``Bearer <token>``,
-    or None when it is. Compared in constant time; the answer never holds what was sent."""
+def bearer_problem(headers: Mapping[str, str], tokens: str | Sequence[str]) -> str | None:
+    """Why the request's ``authorization`` header (keys lower case) is not ``Bearer <token>``
+    with one of ``tokens``, or None when it is. Compared in constant time with every token;
+    the answer never holds what was sent."""
     scheme, _, given = headers.get("authorization", "").strip().partition(" ")
     if scheme.lower() != "bearer" or not given.strip():
         return "POST /alerts needs the header Authorization: Bearer <token>"
-    if not hmac.compare_digest(given.strip().encode("utf-8", "replace"), token.encode()):
-        return "the bearer token is not the one this bot takes"
-    return None
+    sent = given.strip().encode("utf-8", "replace")
+    taken = [hmac.compare_digest(sent, token.encode())
+             for token in ((tokens,) if isinstance(tokens, str) else tokens)]
+    return None if any(taken) else "the bearer token is not the one this bot takes"

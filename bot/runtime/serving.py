@@ -55,12 +55,13 @@ def alerts(bot: Service, body: bytes) -> Response:
         for p in touched]})
 
 
-def alerts_route(bot: Service, token: str | None) -> Route:
-    """POST /alerts behind its bearer token (none: not authenticated, see access.py)."""
+def alerts_route(bot: Service, tokens: str | Sequence[str] | None) -> Route:
+    """POST /alerts behind its bearer token, or either of two while rotating (None or none:
+    not authenticated, see access.py)."""
 
     def route(headers: Mapping[str, str], body: bytes) -> Response:
-        if token is not None:
-            problem = access.bearer_problem(headers, token)
+        if tokens:
+            problem = access.bearer_problem(headers, tokens)
             if problem is not None:
                 return unauthorized(problem, invalid="authorization" in headers)
         return alerts(bot, body)
@@ -100,7 +101,7 @@ def serve(bot: Service, host: str, port: int, report: Reporter,
         [task for task in everything if task.leader_only],
         retry_seconds=bot.config.leader_election.retry_seconds)
     try:  # bound and accepting before any task starts; a port in use fails here
-        server = HttpServer(application(bot, routes, alerts_token=alerts.token,
+        server = HttpServer(application(bot, routes, alerts_token=alerts.tokens,
                                         leadership=leadership.status),
                             host, port, http_settings(bot.config.server))
         server.start()
@@ -123,12 +124,13 @@ def serve(bot: Service, host: str, port: int, report: Reporter,
 
 
 def application(bot: Service, routes: Mapping[str, Route] | None = None, *,
-                alerts_token: str | None,
+                alerts_token: str | Sequence[str] | None,
                 leadership: Callable[[], Mapping[str, Any]] | None = None) -> web.Asgi:
     """The HTTP application:
 
         POST /alerts    Alertmanager's webhook (version 4) -> proposals; with
-                        ``alerts_token``, only with Authorization: Bearer <it> (else 401)
+                        ``alerts_token`` (one, or two while rotating), only with
+                        Authorization: Bearer <it> (else 401)
         GET  /healthz   200 when the database answers (followers too); says whether this
                         replica leads: {"status": "ok", "leader": false, "replica": ...}
         GET  /metrics   Prometheus metrics (executions, checks, approvals, proposals, and

@@ -45,7 +45,8 @@ def test_the_token_comes_from_the_environment_or_its_file(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(("content", "message"), [
     (None, "cannot read server.alerts_token_file"), ("  \n", "is empty"),
-    ("short", "at least 16 characters"), ("a token with spaces in it", "at least 16")])
+    ("short", "at least 16 characters"), ("a token with spaces in it", "holds 6 tokens"),
+    (f"{TOKEN} short", "at least 16 characters"), (f"{TOKEN}\n{TOKEN}é", "at least 16")])
 def test_a_token_file_that_will_not_do_stops_the_start(tmp_path: Path, content: str | None,
                                                        message: str) -> None:
     file = tmp_path / "alerts-token"
@@ -55,6 +56,20 @@ def test_a_token_file_that_will_not_do_stops_the_start(tmp_path: Path, content: 
         alerts_access(ServerConfig(alerts_token_file=file), "127.0.0.1", {})
     if content and content.strip():
         assert content.strip() not in str(raised.value)
+
+
+def test_two_tokens_while_rotating_are_both_taken(tmp_path: Path) -> None:
+    new = "n" * 16 + "-new-token"
+    file = tmp_path / "alerts-token"
+    file.write_text(f"{TOKEN}\n{new}\n")
+    taken = alerts_access(ServerConfig(alerts_token_file=file), "0.0.0.0", {})
+    assert taken.tokens == (TOKEN, new) and taken.token == TOKEN
+    for token in (TOKEN, new):
+        assert access.bearer_problem({"authorization": f"Bearer {token}"}, taken.tokens) is None
+    assert access.bearer_problem({"authorization": f"Bearer {TOKEN}{new}"},
+                                 taken.tokens) is not None
+    assert alerts_access(ServerConfig(), "::", {access.TOKEN_ENV: f" {new} {TOKEN} "}
+                         ).tokens == (new, TOKEN)
 
 
 def test_no_token_is_refused_off_loopback_and_warned_about_on_it() -> None:
