@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import statistics
 import tempfile
-import threading
 import time
 import urllib.request
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
 
 from bot.config import Config
-from bot.runtime.serving import make_handler
+from bot.runtime.httpserver import HttpServer, Settings
+from bot.runtime.serving import application
 from bot.service import Service
 
 RUNBOOK = {
@@ -28,6 +26,25 @@ RUNBOOK = {
     "locks": ["node:{{ node }}"],
     "steps": [{"id": "note", "action": "chat.notify", "with": {"message": "{{ node }}"}}],
 }
+
+
+def post_all(port: int, token: str, nodes: list[str]) -> list[float]:
+    """One firing alert per node, one after the other; milliseconds to each answer."""
+    timings = []
+    for index, node in enumerate(nodes):
+        body = json.dumps({"version": "4", "status": "firing", "alerts": [{
+            "status": "firing", "fingerprint": f"fp{index}",
+            "labels": {"alertname": "GpuXidUncorrectable", "node": node}}]}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/alerts", data=body,
+                                         method="POST",
+                                         headers={"Authorization": f"Bearer {token}",
+                                                  "Content-Type": "application/json"})
+        started = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=10) as response:
+            answer = json.loads(response.read())
+        timings.append((time.perf_counter() - started) * 1000)
+        assert answer["proposals"][0]["params"]["node"] == node
+    return timings
 
 
 def main(count: int = 200) -> None:
@@ -44,31 +61,21 @@ def main(count: int = 200) -> None:
                              "params": {"node": "{{ labels.node }}", "reason": "XID 48"}}]})
         bot = Service.from_config(config)
         bot.runbooks()
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
         token = secrets.token_hex(32)
-        server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(bot, alerts_token=token))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        timings = []
-        for index, node in enumerate(nodes):
-            body = json.dumps({"version": "4", "status": "firing", "alerts": [{
-                "status": "firing", "fingerprint": f"fp{index}",
-                "labels": {"alertname": "GpuXidUncorrectable", "node": node}}]}).encode()
-            request = urllib.request.Request(f"http://127.0.0.1:{port}/alerts", data=body,
-                                             method="POST",
-                                             headers={"Authorization": f"Bearer {token}"})
-            started = time.perf_counter()
-            with urllib.request.urlopen(request, timeout=10) as response:
-                answer = json.loads(response.read())
-            timings.append((time.perf_counter() - started) * 1000)
-            assert answer["proposals"][0]["params"]["node"] == node
-        server.shutdown()
+        server = HttpServer(application(bot, alerts_token=token), "127.0.0.1", 0, Settings())
+        server.start()
+        try:
+            timings = post_all(server.port, token, nodes)
+        finally:
+            server.stop()
+            bot.db.dispose()
     timings.sort()
     result = {"alerts": count, "median_ms": round(statistics.median(timings), 2),
               "p99_ms": round(timings[int(len(timings) * 0.99) - 1], 2)}
+    result["goal_met"] = result["p99_ms"] < 200
     print(f"webhook to proposal over {count} alerts: median {result['median_ms']} ms, "
-          f"p99 {result['p99_ms']} ms (goal < 200 ms)")
+          f"p99 {result['p99_ms']} ms (goal < 200 ms: "
+          f"{'met' if result['goal_met'] else 'NOT met'})")
     print(json.dumps(result))
 
 

@@ -70,15 +70,18 @@ class HeaderDeadline(H11Protocol):
 
     def send_400_response(self, msg: str) -> None:
         """What h11 cannot parse (a request line, a header, a Content-Length that is not a
-        number) gets the JSON error every other answer has, and the connection closed."""
+        number) gets the JSON error every other answer has, and the connection closed.
+        Once this request's answer is out (a GET's unread body turns out garbled), h11
+        takes no second answer: the connection is only closed."""
         body = json.dumps({"error": "not a valid HTTP/1.1 request: check the request line, "
                                     "the headers and Content-Length (the body's size in "
                                     "bytes)"}).encode()
-        for event in (h11.Response(status_code=400, headers=[
-                          (b"content-type", b"application/json"), (b"connection", b"close"),
-                          (b"content-length", str(len(body)).encode())]),
-                      h11.Data(data=body), h11.EndOfMessage()):
-            self.transport.write(self.conn.send(event) or b"")
+        if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            for event in (h11.Response(status_code=400, headers=[
+                              (b"content-type", b"application/json"), (b"connection", b"close"),
+                              (b"content-length", str(len(body)).encode())]),
+                          h11.Data(data=body), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event) or b"")
         self.transport.close()
 
     def _arm(self) -> None:

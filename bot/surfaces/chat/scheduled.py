@@ -26,7 +26,9 @@ def _usage(text: str) -> Reply:
 
 
 def _id(args: list[str]) -> int | None:
-    return int(args[1]) if len(args) == 2 and args[1].isdigit() else None
+    from bot.surfaces.chat.commands import is_id  # commands imports this module
+
+    return int(args[1]) if len(args) == 2 and is_id(args[1]) else None
 
 
 def schedule(bot: Service, args: list[str], user: str, source: str = "chat") -> Reply:

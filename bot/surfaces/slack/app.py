@@ -74,7 +74,7 @@ class Listeners:
         """The chat command a button stands for, and why it no longer applies (or None)."""
         name, value = action.get("action_id", ""), str(action.get("value", ""))
         head, _, tail = value.partition(":")
-        if not head.isdigit():
+        if not commands.is_id(head):
             return "", f"this button carries no valid ID ({value[:40]!r})"
         if name in ("approve", "deny"):
             line = (f"approve {head}" if name == "approve"

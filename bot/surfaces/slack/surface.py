@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bot.runtime.tasks import Task
-from bot.runtime.web import Response, Route
+from bot.runtime.web import Response, Route, json_response
 from bot.service import Service
 from bot.surfaces.slack import secrets as slack_secrets
 from bot.surfaces.slack.app import Listeners, build_app
@@ -76,8 +76,17 @@ class SlackSurface:
         this runs in the server's thread pool, after its body checks."""
         from slack_bolt import BoltRequest
 
-        answer = self.app.dispatch(BoltRequest(body=body.decode("utf-8", "replace"),
-                                               headers=dict(headers)))
+        text = body.decode("utf-8", "replace")
+        if not _signed(self.secrets.signing_secret, text, headers):  # before Bolt parses it
+            return json_response(401, {"error": "not signed with this Slack app's signing "
+                                                "secret in the last 5 minutes"})
+        try:
+            request = BoltRequest(body=text, headers=dict(headers))
+        except Exception:  # not JSON, or JSON of another shape than Slack's: Bolt raises
+            return json_response(400, {"error": "not a Slack request body"})
+        answer = self.app.dispatch(request)
+        if answer.status >= 500:  # Bolt failed on a body of a shape Slack never sends (and
+            return json_response(400, {"error": "not a Slack request body"})  # logged it)
         content_type = (answer.headers.get("content-type") or ["text/plain"])[0]
         return Response(answer.status, (answer.body or "").encode(), content_type)
 
@@ -94,6 +103,20 @@ class SlackSurface:
             stop.wait()
         finally:
             handler.close()  # type: ignore[no-untyped-call]
+
+
+def _signed(secret: str | None, body: str, headers: Mapping[str, str]) -> bool:
+    """Whether Slack signed the request (X-Slack-Signature, X-Slack-Request-Timestamp).
+    Checked before Bolt sees the body: Bolt parses it first and fails (a 500) on a body that
+    is not JSON or a timestamp that is not a number, whoever sent it."""
+    from slack_sdk.signature import SignatureVerifier
+
+    if not secret:
+        return False
+    try:
+        return SignatureVerifier(secret).is_valid_request(body, headers)
+    except ValueError:  # a timestamp that is not a number
+        return False
 
 
 def from_environment(bot: Service) -> SlackSurface | None:
