@@ -42,6 +42,9 @@ lint: venv
 
 # The whole suite; the lab is started once by a pytest fixture and stopped at the end.
 test: deps venv lint
+	@# byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, every `runbook` process the
+	@# suite starts (hundreds) would otherwise compile the project's modules again
+	$(BIN)/python -m compileall -q -j 0 kit bot adapters deploy/lab tests >/dev/null
 	$(BIN)/pytest -q --durations=30
 
 unit: venv

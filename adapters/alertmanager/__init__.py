@@ -5,30 +5,49 @@
     actions = AlertmanagerActions(config).all()
 """
 
-from adapters.alertmanager.actions import (
-    ACTION_CLASSES,
-    BOT_AUTHOR,
-    AlertmanagerActions,
-    ExpireSilenceAction,
-    ExpireSilenceArguments,
-    SilenceAction,
-    SilenceArguments,
-)
-from adapters.alertmanager.adapter import ADAPTER
-from adapters.alertmanager.backend import (
-    Alert,
-    AlertmanagerBackend,
-    AlertmanagerError,
-    AlertmanagerUnavailable,
-    HttpAlertmanagerBackend,
-    Matcher,
-    MatchersLike,
-    Silence,
-    format_time,
-    matchers_from,
-    parse_time,
-)
-from adapters.alertmanager.config import AlertmanagerConfig
+from typing import TYPE_CHECKING
+
+from adapters.lazy import exports
+
+if TYPE_CHECKING:
+    from adapters.alertmanager.actions import (
+        ACTION_CLASSES,
+        BOT_AUTHOR,
+        AlertmanagerActions,
+        ExpireSilenceAction,
+        ExpireSilenceArguments,
+        SilenceAction,
+        SilenceArguments,
+    )
+    from adapters.alertmanager.adapter import ADAPTER
+    from adapters.alertmanager.backend import (
+        Alert,
+        AlertmanagerBackend,
+        AlertmanagerError,
+        AlertmanagerUnavailable,
+        HttpAlertmanagerBackend,
+        Matcher,
+        MatchersLike,
+        Silence,
+        format_time,
+        matchers_from,
+        parse_time,
+    )
+    from adapters.alertmanager.config import AlertmanagerConfig
+
+__getattr__ = exports(__name__, {
+    "adapters.alertmanager.actions": (
+        "ACTION_CLASSES", "BOT_AUTHOR", "AlertmanagerActions", "ExpireSilenceAction",
+        "ExpireSilenceArguments", "SilenceAction", "SilenceArguments",
+    ),
+    "adapters.alertmanager.adapter": ("ADAPTER",),
+    "adapters.alertmanager.backend": (
+        "Alert", "AlertmanagerBackend", "AlertmanagerError", "AlertmanagerUnavailable",
+        "HttpAlertmanagerBackend", "Matcher", "MatchersLike", "Silence", "format_time",
+        "matchers_from", "parse_time",
+    ),
+    "adapters.alertmanager.config": ("AlertmanagerConfig",),
+})
 
 __all__ = [
     "ACTION_CLASSES",

@@ -6,27 +6,45 @@
     actions = EtcdActions(config).all()
 """
 
-from adapters.etcd.actions import (
-    ACTION_CLASSES,
-    EtcdActions,
-    HealthAction,
-    KeyCountAction,
-    KeysPresentAction,
-    SnapshotRestoreAction,
-    SnapshotSaveAction,
-    SnapshotStatusAction,
-    etcd_actions,
-)
-from adapters.etcd.adapter import ADAPTER
-from adapters.etcd.backend import (
-    EndpointHealth,
-    EtcdBackend,
-    EtcdCommands,
-    EtcdctlBackend,
-    EtcdError,
-    SnapshotStatus,
-)
-from adapters.etcd.config import EtcdConfig
+from typing import TYPE_CHECKING
+
+from adapters.lazy import exports
+
+if TYPE_CHECKING:
+    from adapters.etcd.actions import (
+        ACTION_CLASSES,
+        EtcdActions,
+        HealthAction,
+        KeyCountAction,
+        KeysPresentAction,
+        SnapshotRestoreAction,
+        SnapshotSaveAction,
+        SnapshotStatusAction,
+        etcd_actions,
+    )
+    from adapters.etcd.adapter import ADAPTER
+    from adapters.etcd.backend import (
+        EndpointHealth,
+        EtcdBackend,
+        EtcdCommands,
+        EtcdctlBackend,
+        EtcdError,
+        SnapshotStatus,
+    )
+    from adapters.etcd.config import EtcdConfig
+
+__getattr__ = exports(__name__, {
+    "adapters.etcd.actions": (
+        "ACTION_CLASSES", "EtcdActions", "HealthAction", "KeyCountAction", "KeysPresentAction",
+        "SnapshotRestoreAction", "SnapshotSaveAction", "SnapshotStatusAction", "etcd_actions",
+    ),
+    "adapters.etcd.adapter": ("ADAPTER",),
+    "adapters.etcd.backend": (
+        "EndpointHealth", "EtcdBackend", "EtcdCommands", "EtcdctlBackend", "EtcdError",
+        "SnapshotStatus",
+    ),
+    "adapters.etcd.config": ("EtcdConfig",),
+})
 
 __all__ = [
     "ACTION_CLASSES",

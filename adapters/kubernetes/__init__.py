@@ -6,53 +6,64 @@ leader election helper.
     actions = KubernetesActions(ClientBackend(config), config).all()
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from adapters.kubernetes.actions import (
-    ACTION_CLASSES,
-    CordonAction,
-    DrainAction,
-    DriverVersionsAction,
-    KubernetesActions,
-    LabelAction,
-    SetDriverVersionAction,
-    TaintAction,
-    UncordonAction,
-    WaitLabelsAction,
-    WaitUpgradeStateAction,
-    WaitValidatorAction,
-)
-from adapters.kubernetes.backend import (
-    Eviction,
-    KubernetesBackend,
-    KubernetesConflict,
-    KubernetesError,
-    KubernetesNotFound,
-    KubernetesUnavailable,
-    Lease,
-    Node,
-    Pod,
-    Taint,
-)
-from adapters.kubernetes.config import GpuOperatorConfig, KubernetesConfig
-from adapters.kubernetes.leader import LeaseElector
+from adapters.lazy import exports
 
 if TYPE_CHECKING:
-    from adapters.kubernetes.client import ClientBackend, make_api_client, make_backend
+    from adapters.kubernetes.actions import (
+        ACTION_CLASSES,
+        CordonAction,
+        DrainAction,
+        DriverVersionsAction,
+        KubernetesActions,
+        LabelAction,
+        SetDriverVersionAction,
+        TaintAction,
+        UncordonAction,
+        WaitLabelsAction,
+        WaitUpgradeStateAction,
+        WaitValidatorAction,
+    )
+    from adapters.kubernetes.adapter import ADAPTER
+    from adapters.kubernetes.backend import (
+        Eviction,
+        KubernetesBackend,
+        KubernetesConflict,
+        KubernetesError,
+        KubernetesNotFound,
+        KubernetesUnavailable,
+        Lease,
+        Node,
+        Pod,
+        Taint,
+    )
+    from adapters.kubernetes.client import (
+        ClientBackend,
+        make_api_client,
+        make_backend,
+    )
+    from adapters.kubernetes.config import (
+        GpuOperatorConfig,
+        KubernetesConfig,
+    )
+    from adapters.kubernetes.leader import LeaseElector
 
-_CLIENT_NAMES = frozenset({"ClientBackend", "make_api_client", "make_backend"})
-
-
-def __getattr__(name: str) -> Any:
-    """The client half imports the official ``kubernetes`` package (a second of start-up):
-    only when it is used, so commands that never talk to Kubernetes start fast."""
-    if name in _CLIENT_NAMES:
-        from adapters.kubernetes import client
-
-        return getattr(client, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-from adapters.kubernetes.adapter import ADAPTER  # noqa: E402 (after what it registers)
+__getattr__ = exports(__name__, {
+    "adapters.kubernetes.actions": (
+        "ACTION_CLASSES", "CordonAction", "DrainAction", "DriverVersionsAction",
+        "KubernetesActions", "LabelAction", "SetDriverVersionAction", "TaintAction",
+        "UncordonAction", "WaitLabelsAction", "WaitUpgradeStateAction", "WaitValidatorAction",
+    ),
+    "adapters.kubernetes.backend": (
+        "Eviction", "KubernetesBackend", "KubernetesConflict", "KubernetesError",
+        "KubernetesNotFound", "KubernetesUnavailable", "Lease", "Node", "Pod", "Taint",
+    ),
+    "adapters.kubernetes.config": ("GpuOperatorConfig", "KubernetesConfig"),
+    "adapters.kubernetes.leader": ("LeaseElector",),
+    "adapters.kubernetes.client": ("ClientBackend", "make_api_client", "make_backend"),
+    "adapters.kubernetes.adapter": ("ADAPTER",),
+})
 
 __all__ = [
     "ACTION_CLASSES",

@@ -5,32 +5,58 @@ and the ``prom.wait`` action.
     backend.query(f'DCGM_FI_DEV_GPU_TEMP{{hostname="{escape_label_value(node)}"}}')
 """
 
-from adapters.prometheus.actions import (
-    ACTION_CLASSES,
-    PrometheusActions,
-    WaitAction,
-    WaitArguments,
-)
-from adapters.prometheus.adapter import ADAPTER
-from adapters.prometheus.backend import (
-    PrometheusApiBackend,
-    PrometheusBackend,
-    PrometheusError,
-    PrometheusRejected,
-    PrometheusUnavailable,
-    Sample,
-    Series,
-)
-from adapters.prometheus.config import PrometheusConfig
-from adapters.prometheus.promql import (
-    Expectation,
-    escape_label_value,
-    format_value,
-    label_matcher,
-    selector,
-    series_text,
-)
-from adapters.prometheus.verdict import Verdict, judge, listing
+from typing import TYPE_CHECKING
+
+from adapters.lazy import exports
+
+if TYPE_CHECKING:
+    from adapters.prometheus.actions import (
+        ACTION_CLASSES,
+        PrometheusActions,
+        WaitAction,
+        WaitArguments,
+    )
+    from adapters.prometheus.adapter import ADAPTER
+    from adapters.prometheus.backend import (
+        PrometheusApiBackend,
+        PrometheusBackend,
+        PrometheusError,
+        PrometheusRejected,
+        PrometheusUnavailable,
+        Sample,
+        Series,
+    )
+    from adapters.prometheus.config import PrometheusConfig
+    from adapters.prometheus.promql import (
+        Expectation,
+        escape_label_value,
+        format_value,
+        label_matcher,
+        selector,
+        series_text,
+    )
+    from adapters.prometheus.verdict import (
+        Verdict,
+        judge,
+        listing,
+    )
+
+__getattr__ = exports(__name__, {
+    "adapters.prometheus.actions": (
+        "ACTION_CLASSES", "PrometheusActions", "WaitAction", "WaitArguments",
+    ),
+    "adapters.prometheus.adapter": ("ADAPTER",),
+    "adapters.prometheus.backend": (
+        "PrometheusApiBackend", "PrometheusBackend", "PrometheusError", "PrometheusRejected",
+        "PrometheusUnavailable", "Sample", "Series",
+    ),
+    "adapters.prometheus.config": ("PrometheusConfig",),
+    "adapters.prometheus.promql": (
+        "Expectation", "escape_label_value", "format_value", "label_matcher", "selector",
+        "series_text",
+    ),
+    "adapters.prometheus.verdict": ("Verdict", "judge", "listing"),
+})
 
 __all__ = [
     "ACTION_CLASSES",

@@ -1,0 +1,24 @@
+"""An adapter package's names, imported on first use (PEP 562): importing one module of a
+package (its config, adapters.slurm.hostlist) then loads neither its actions nor its
+clients, and a command starts in less time."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+
+
+def exports(package: str, modules: Mapping[str, tuple[str, ...]]) -> Callable[[str], object]:
+    """The ``__getattr__`` of ``package``: each name in ``modules`` (module -> names) comes
+    from its module the first time it is asked for, and is kept in the package."""
+    where = {name: module for module, names in modules.items() for name in names}
+
+    def __getattr__(name: str) -> object:
+        if name not in where:  # a submodule (``from adapters.slurm import hostlist``) or a typo
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(where[name]), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__
