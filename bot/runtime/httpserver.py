@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -21,10 +22,13 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from bot.runtime import web
 from bot.runtime.web import Asgi
 
 _log = logging.getLogger(__name__)
-MAX_HEADER_BYTES = 16 * 1024  # request line and headers; more is a 400 (h11's own limit)
+# the request line and headers while they arrive in pieces (h11 answers 400 beyond); headers
+# that arrive at once are bounded by bot.runtime.web.HeaderLimit (431)
+MAX_HEADER_BYTES = web.MAX_HEADER_BYTES
 
 
 @dataclass(frozen=True)
@@ -155,4 +159,7 @@ class HttpServer:
 
 
 def _reason(exc: BaseException) -> str:
-    return str(getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc)
+    errno = getattr(exc, "errno", None)
+    if isinstance(exc, OSError) and not getattr(exc, "library", None) and errno:
+        return os.strerror(errno)  # "Address already in use", without the address again
+    return str(getattr(exc, "reason", None) or exc)

@@ -27,6 +27,7 @@ from starlette.routing import Route as Path
 from bot.runtime import access
 
 access_log = logging.getLogger("bot.access")
+MAX_HEADER_BYTES = 16 * 1024  # a request's headers, names and values
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -122,9 +123,32 @@ def build(posts: Mapping[str, Route], *, health: Callable[[], Response],
         return _answer(json_response(exc.status_code, {"error": what},
                                      tuple((exc.headers or {}).items())))
 
-    app = Starlette(routes=paths, exception_handlers={404: refused, 405: refused})
+    async def failed(request: Request, exc: Exception) -> Answer:  # logged by the server
+        return _answer(json_response(500, {"error": "the bot failed to answer; its log says "
+                                                    "why"}))
+
+    app = Starlette(routes=paths,
+                    exception_handlers={404: refused, 405: refused, Exception: failed})
     known = {"/healthz", "/metrics", *posts}
-    return Observed(Bounded(app, limits.max_requests), histogram, known)
+    return Observed(HeaderLimit(Bounded(app, limits.max_requests)), histogram, known)
+
+
+class HeaderLimit:
+    """Request headers of more than MAX_HEADER_BYTES are refused with 431. (h11 bounds
+    headers that arrive in pieces, not those that arrive in one read.)"""
+
+    def __init__(self, app: Asgi) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        size = sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
+        if scope["type"] == "http" and size > MAX_HEADER_BYTES:
+            answer = _answer(json_response(431, {"error": f"the request's headers must be at "
+                                                          f"most {MAX_HEADER_BYTES} bytes"}),
+                             close=True)
+            await answer(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 class Bounded:

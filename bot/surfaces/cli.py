@@ -528,10 +528,13 @@ def _log_requests() -> None:
     other libraries keep to warnings."""
     import logging
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
-    logging.getLogger("bot").addHandler(handler)
-    logging.getLogger("bot").setLevel(logging.INFO)
+    logger = logging.getLogger("bot")
+    if not any(getattr(h, "_runbook_serve", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+        handler._runbook_serve = True  # type: ignore[attr-defined]  # added once per process
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def _slack_surface(bot: Service) -> SlackSurface | None:
