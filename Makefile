@@ -57,7 +57,7 @@ bench: venv
 	$(BIN)/python bench/slurm_batch.py
 	$(BIN)/python bench/alert_webhook.py
 	$(BIN)/python bench/k8s_drain.py
-	$(LAB) up && eval "$$($(LAB) env)" && $(BIN)/python bench/node_view.py && $(BIN)/python bench/slack_ack.py && $(BIN)/python bench/cancel_to_undone.py
+	$(LAB) up && eval "$$($(LAB) env)" && $(BIN)/python bench/node_view.py && $(BIN)/python bench/slack_ack.py && $(BIN)/python bench/slowloris.py && $(BIN)/python bench/cancel_to_undone.py
 	$(LAB) up && eval "$$($(LAB) env)" && $(BIN)/python bench/failover.py
 
 # The container image (podman; the base image is made locally from Debian's packages).

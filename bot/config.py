@@ -146,9 +146,10 @@ class ServerConfig(BaseModel):
     # HTTP limits (bot.runtime.httpserver, bot.runtime.web): a client gets this long to send
     # a request's line and headers, then its body; an idle kept-alive connection is closed
     header_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
-    read_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    read_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
     keepalive_seconds: float = Field(default=5.0, ge=1, le=300)
-    # requests in flight at once (answered 503 with Retry-After beyond; /healthz always answers)
+    # requests answered at once, and four times as many bodies read (503 with Retry-After
+    # beyond; /healthz always answers)
     max_requests_in_flight: int = Field(default=64, ge=1, le=10_000)
     # on SIGTERM: stop accepting, give the requests in flight this long to finish
     shutdown_grace_seconds: float = Field(default=20.0, ge=1, le=600)

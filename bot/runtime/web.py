@@ -3,7 +3,8 @@
 Routes are plain functions ``(headers, body) -> Response`` run in a worker thread, so the
 event loop only reads requests and writes answers. Before a route runs, the body is
 checked (bot.runtime.access) and read within ``read_timeout``; at most ``max_requests``
-requests are in flight (503 beyond); each answer is timed and logged without secrets.
+are answered at once and four times as many bodies read (503 beyond, ``Places``); each
+answer is timed and logged without secrets.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +52,7 @@ Route = Callable[[Mapping[str, str], bytes], Response]
 
 @dataclass(frozen=True)
 class Limits:
-    read_timeout: float = 30.0  # seconds to receive a whole body once the headers are in
+    read_timeout: float = 10.0  # seconds to receive a whole body once the headers are in
     max_requests: int = 64  # requests in flight at once; more are answered 503
 
 
@@ -77,9 +79,11 @@ def _answer(response: Response, *, close: bool = False) -> Answer:
                   media_type=response.content_type)
 
 
-def post_endpoint(route: Route, limits: Limits) -> Callable[[Request], Awaitable[Answer]]:
+def post_endpoint(route: Route, limits: Limits, places: Places) -> Callable[[Request],
+                                                                          Awaitable[Answer]]:
     """A POST route behind the body checks: Content-Length 1 to MAX_BODY (400, 413, unread
-    and the connection closed), the whole body within ``read_timeout`` (408)."""
+    and the connection closed), the whole body within ``read_timeout`` (408), a place to
+    read it in and then a place to be answered in (503 when there is none)."""
 
     async def endpoint(request: Request) -> Answer:
         headers = header_map(request.headers.raw)
@@ -87,15 +91,22 @@ def post_endpoint(route: Route, limits: Limits) -> Callable[[Request], Awaitable
             access.content_length(headers.get("content-length"))
         except access.BodyRefused as exc:
             return _answer(json_response(exc.status, {"error": str(exc)}), close=True)
-        try:
-            body = await asyncio.wait_for(request.body(), limits.read_timeout)
-        except ClientDisconnect:  # nobody is left to answer; nothing was done
-            return _answer(json_response(400, {"error": "the client went away"}), close=True)
-        except TimeoutError:
-            return _answer(json_response(408, {"error": "the body did not arrive within "
-                                                        f"{limits.read_timeout:g}s"}),
-                           close=True)
-        return _answer(await run_in_threadpool(route, headers, body))
+        with places.reading.one() as reading:
+            if not reading:
+                return places.reading.refusal()
+            try:
+                body = await asyncio.wait_for(request.body(), limits.read_timeout)
+            except ClientDisconnect:  # nobody is left to answer; nothing was done
+                return _answer(json_response(400, {"error": "the client went away"}),
+                               close=True)
+            except TimeoutError:
+                return _answer(json_response(408, {"error": "the body did not arrive within "
+                                                            f"{limits.read_timeout:g}s"}),
+                               close=True)
+        with places.answering.one() as answering:
+            if not answering:
+                return places.answering.refusal()
+            return _answer(await run_in_threadpool(route, headers, body))
 
     return endpoint
 
@@ -103,16 +114,20 @@ def post_endpoint(route: Route, limits: Limits) -> Callable[[Request], Awaitable
 def build(posts: Mapping[str, Route], *, health: Callable[[], Response],
           registry: CollectorRegistry, histogram: Histogram, limits: Limits) -> Asgi:
     """The application: GET /healthz and /metrics, and ``posts`` (path -> route)."""
+    places = Places.of(limits)
 
     async def healthz(request: Request) -> Answer:
         return _answer(await run_in_threadpool(health))
 
     async def metrics(request: Request) -> Answer:
-        text = await run_in_threadpool(generate_latest, registry)
+        with places.answering.one() as answering:
+            if not answering:
+                return places.answering.refusal()
+            text = await run_in_threadpool(generate_latest, registry)
         return Answer(text, 200, media_type="text/plain; version=0.0.4")
 
     paths = [Path("/healthz", healthz, methods=["GET"]), Path("/metrics", metrics, methods=["GET"])]
-    paths += [Path(path, post_endpoint(route, limits), methods=["POST"])
+    paths += [Path(path, post_endpoint(route, limits, places), methods=["POST"])
               for path, route in posts.items()]
     where = "GET /healthz, /metrics; POST " + ", ".join(posts)
 
@@ -130,7 +145,7 @@ def build(posts: Mapping[str, Route], *, health: Callable[[], Response],
     app = Starlette(routes=paths,
                     exception_handlers={404: refused, 405: refused, Exception: failed})
     known = {"/healthz", "/metrics", *posts}
-    return Observed(HeaderLimit(Bounded(app, limits.max_requests)), histogram, known)
+    return Observed(HeaderLimit(app), histogram, known)
 
 
 class HeaderLimit:
@@ -151,31 +166,48 @@ class HeaderLimit:
         await self.app(scope, receive, send)
 
 
-class Bounded:
-    """At most ``most`` requests in flight; the next ones are answered 503 at once, so a
-    burst queues in the clients (Slack and Alertmanager retry), not in this process.
-    /healthz is never turned away: a busy replica is not a dead one."""
+class Bound:
+    """At most ``most`` at once of something requests hold; past it, 503 at once, so that a
+    burst queues in the clients (Slack and Alertmanager retry), not in this process. Only
+    the event loop counts, so no lock."""
 
-    def __init__(self, app: Asgi, most: int) -> None:
-        self.app = app
+    def __init__(self, most: int, what: str) -> None:
         self.most = most
-        self.busy = 0
+        self.what = what
+        self.taken = 0
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] == "/healthz":
-            await self.app(scope, receive, send)
+    @contextmanager
+    def one(self) -> Iterator[bool]:
+        """Whether a place was free; it is held until the block ends."""
+        if self.taken >= self.most:
+            yield False
             return
-        if self.busy >= self.most:
-            answer = _answer(json_response(503, {"error": f"{self.most} requests are in "
-                                                          "flight; try again"},
-                                           (("Retry-After", "1"),)), close=True)
-            await answer(scope, receive, send)
-            return
-        self.busy += 1
+        self.taken += 1
         try:
-            await self.app(scope, receive, send)
+            yield True
         finally:
-            self.busy -= 1
+            self.taken -= 1
+
+    def refusal(self) -> Answer:
+        return _answer(json_response(503, {"error": f"{self.most} {self.what} at once; try "
+                                                    "again"}, (("Retry-After", "1"),)),
+                       close=True)
+
+
+@dataclass(frozen=True)
+class Places:
+    """Requests being answered (a worker thread and the database each: ``max_requests``),
+    and bodies being read (a socket and up to 1 MiB each, no thread: four times as many),
+    bounded apart so that clients sending bodies slowly never take the places of requests
+    being answered. /healthz takes neither: a busy replica is not a dead one."""
+
+    answering: Bound
+    reading: Bound
+
+    @classmethod
+    def of(cls, limits: Limits) -> Places:
+        return cls(Bound(limits.max_requests, "requests are being answered"),
+                   Bound(4 * limits.max_requests, "request bodies are being read"))
 
 
 class Observed:

@@ -14,7 +14,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import closing, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -292,6 +292,27 @@ def test_beyond_max_requests_a_post_gets_503_with_retry_after_but_healthz_answer
         assert read_answer(second).status == 200
     assert call(port, "POST", "/slow", b"{}").status == 200
     assert gate.calls == 3
+
+
+def test_clients_sending_bodies_slowly_never_take_the_places_of_answers(
+        servers: Servers) -> None:
+    """With max_requests 2, eight bodies may be read at once. Six clients stall after one
+    byte of their bodies: POSTs whose bodies arrive are still answered. Two more: full."""
+    port = servers.start(max_requests_in_flight=2).port
+    head = b"POST /alerts HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"
+    with ExitStack() as stack:
+        stalled = [stack.enter_context(raw(port)) for _ in range(6)]
+        for sock in stalled:
+            sock.sendall(head)
+        time.sleep(0.3)  # all six are being read
+        assert [call(port, "POST", "/alerts", b"{}").status for _ in range(3)] == [401] * 3
+        for sock in [stack.enter_context(raw(port)) for _ in range(2)]:
+            sock.sendall(head)
+        assert eventually(lambda: call(port, "POST", "/alerts", b"{}").status == 503)
+        refused = call(port, "POST", "/alerts", b"{}")
+        assert "8 request bodies are being read" in refused.json()["error"], refused
+        assert call(port, "GET", "/healthz").status == 200
+    assert eventually(lambda: call(port, "POST", "/alerts", b"{}").status == 401)
 
 
 def test_a_route_that_raises_gets_500_and_frees_its_place(servers: Servers) -> None:
