@@ -20,6 +20,7 @@ from bot.service import Service
 from bot.store.words import State
 from bot.surfaces import rendering
 from bot.surfaces.chat import scheduled
+from bot.surfaces.chat.ids import is_id
 from bot.surfaces.chat.reply import Reply
 from kit.errors import Refused
 
@@ -108,15 +109,6 @@ def kind_of(line: str) -> str:
     if verb in NOUNS_WITH_READS and sub in ("list", "show"):
         return "read"
     return "act"
-
-
-MAX_ID = 2**31 - 1  # IDs are INTEGER columns: PostgreSQL's hold no more (SQLite's 2**63 - 1)
-
-
-def is_id(word: str) -> bool:
-    """Whether ``word`` is an ID: ASCII digits (str.isdigit also takes "²", which int()
-    refuses) of a number an ID column holds (a larger one fails the query, not "no such")."""
-    return word.isascii() and word.isdigit() and len(word) <= 10 and int(word) <= MAX_ID
 
 
 def _one_id(args: list[str], usage: str) -> int:

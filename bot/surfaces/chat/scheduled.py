@@ -11,6 +11,7 @@ from bot.runbooks.params import parse_assignments
 from bot.schedule import scheduling, windows
 from bot.service import Service
 from bot.surfaces import schedule_text
+from bot.surfaces.chat.ids import is_id
 from bot.surfaces.chat.reply import Reply
 
 SCHEDULE_USAGE = ('schedule add NAME key=value... cron="0 2 * * SAT"|at="2026-12-05 02:00" '
@@ -26,8 +27,6 @@ def _usage(text: str) -> Reply:
 
 
 def _id(args: list[str]) -> int | None:
-    from bot.surfaces.chat.commands import is_id  # commands imports this module
-
     return int(args[1]) if len(args) == 2 and is_id(args[1]) else None
 
 

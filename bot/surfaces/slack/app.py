@@ -18,6 +18,7 @@ from slack_bolt import App
 
 from bot.service import Service
 from bot.surfaces.chat import commands
+from bot.surfaces.chat.ids import is_id
 from bot.surfaces.chat.reply import Reply
 from bot.surfaces.slack import deliveries
 from bot.surfaces.slack.identity import Identities
@@ -74,7 +75,7 @@ class Listeners:
         """The chat command a button stands for, and why it no longer applies (or None)."""
         name, value = action.get("action_id", ""), str(action.get("value", ""))
         head, _, tail = value.partition(":")
-        if not commands.is_id(head):
+        if not is_id(head):
             return "", f"this button carries no valid ID ({value[:40]!r})"
         if name in ("approve", "deny"):
             line = (f"approve {head}" if name == "approve"
