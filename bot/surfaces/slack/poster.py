@@ -192,7 +192,9 @@ class Poster:
                 self.client.chat_update(channel=self.channel, ts=ts, text=message.text,
                                         blocks=message.blocks)
                 self._set(subject, rendered=_digest(message))
-            if proposal.state != "open":
+            # final once settled: a started proposal gets its execution a moment after
+            if proposal.state != "open" and (proposal.state != "started"
+                                             or proposal.execution_id is not None):
                 self._set(subject, final=1)
 
     # --- the chat_messages rows -------------------------------------------------------------

@@ -170,8 +170,9 @@ def served(make_bot: BotFactory) -> Iterator[Served]:
         server.stop()
         for name in LOGGERS:
             logging.getLogger(name).removeHandler(failures)
-        surface.work.shutdown(wait=True)
+        surface.dispatching.shutdown(wait=True)
         ack_pool(surface).shutdown(wait=True)
+        surface.work.shutdown(wait=True)
         slack.shutdown()
         slack.server_close()
 
@@ -190,7 +191,9 @@ def drain(pool: Executor, width: int) -> None:
 
 
 def settle(served: Served) -> None:
-    """Wait for the work Bolt acknowledged: the listeners (which hand it on), then the work."""
+    """Wait for the work acknowledged: Bolt's dispatch of it, the listeners (which hand it
+    on), then the work."""
+    drain(served.surface.dispatching, slack_surface.WORK_THREADS)
     drain(ack_pool(served.surface), slack_app.ACK_THREADS)
     drain(served.surface.work, slack_surface.WORK_THREADS)
 

@@ -363,7 +363,8 @@ def test_an_alert_proposal_comes_with_run_and_dismiss(bot: Service, slack: Slack
 
     posted(second.id)
     slack.click("run_proposal", str(second.id), ALICE)
-    fake.wait(lambda: proposing.get(bot, second.id).state == "started", message="run")
+    fake.wait(lambda: proposing.get(bot, second.id).execution_id is not None, message="run")
+    assert proposing.get(bot, second.id).state == "started"
     execution_id = proposing.get(bot, second.id).execution_id
     assert execution_id is not None and bot.get(execution_id).requested_by == "alice"
     root(fake, execution_id)  # the requested run is posted for approval
