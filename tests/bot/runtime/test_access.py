@@ -189,3 +189,16 @@ def test_serve_on_loopback(tmp_path: Path, token: str | None) -> None:
     else:
         assert (unauthenticated, authenticated) == (401, 200)
         assert warnings == [] and TOKEN not in out + err
+
+
+def test_serve_on_a_port_in_use_exits_2_saying_so(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([*RUNBOOK, "serve", "--port", str(port)],
+                              env=serve_env(tmp_path), capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
+    assert "Traceback" not in done.stderr
