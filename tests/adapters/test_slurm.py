@@ -30,7 +30,7 @@ from adapters.slurm import (
     SlurmError,
 )
 from adapters.slurm.cli import run_process
-from tests.lab.fixture import Lab
+from tests.lab.fixture import Lab, SlurmClients, slurm_clients
 
 pytestmark = pytest.mark.lab
 
@@ -59,6 +59,7 @@ class Slurm:
     backend: SlurmBackend
     config: SlurmConfig
     runner: RecordingRunner
+    clients: SlurmClients  # the slurm.conf the backend's clients read
     actions: dict[str, Any] = field(default_factory=dict)
 
     def run(self, action_name: str, ctx: ActionContext | None = None, /,
@@ -78,10 +79,10 @@ def context(seconds: float = 120, lines: list[str] | None = None) -> ActionConte
                          progress=sink.append)
 
 
-def lab_config(lab: Lab) -> SlurmConfig:
+def lab_config(lab: Lab, slurm_conf: Path | None = None) -> SlurmConfig:
     bin_dir = lab["bin_dir"]
     return SlurmConfig.model_validate({
-        "slurm_conf": lab["slurm_conf"],
+        "slurm_conf": str(slurm_conf or lab["slurm_conf"]),
         "commands": {"health-check": {"argv": [f"{bin_dir}/dcgmi", "diag", "-r", "2"],
                                       "timeout": 60}},
     })
@@ -105,8 +106,10 @@ def restore(lab: Lab) -> None:
 
 
 @pytest.fixture(params=["cli", "pyslurm"])
-def slurm(request: pytest.FixtureRequest, lab: Lab) -> Iterator[Slurm]:
-    config = lab_config(lab)
+def slurm(request: pytest.FixtureRequest, lab: Lab, tmp_path: Path) -> Iterator[Slurm]:
+    # the lab's slurm.conf, copied: a test that stops slurmctld makes its clients impatient
+    clients = slurm_clients(lab, tmp_path / "slurm-clients")
+    config = lab_config(lab, clients.path)
     runner = RecordingRunner()
     backend: SlurmBackend
     if request.param == "cli":
@@ -116,7 +119,7 @@ def slurm(request: pytest.FixtureRequest, lab: Lab) -> Iterator[Slurm]:
             backend = PyslurmBackend(config.model_copy(update={"backend": "pyslurm"}))
         except SlurmError as exc:
             pytest.skip(str(exc))
-    handle = Slurm(lab, backend, config, runner,
+    handle = Slurm(lab, backend, config, runner, clients,
                    SlurmActions(backend, config).by_name())
     restore(lab)
     try:
@@ -288,9 +291,10 @@ def test_reboot_plan_and_a_real_reboot(slurm: Slurm) -> None:
 
 
 def test_slurmctld_stopped_gives_a_clear_error(slurm: Slurm) -> None:
-    stopped = slurm.lab.lab("service", "slurmctld", "stop", timeout=60)
-    assert stopped.returncode == 0, stopped.stderr
+    slurm.clients.impatient()  # each failing call below: 2 s of Slurm's retries, not 9 s
     try:
+        stopped = slurm.lab.lab("service", "slurmctld", "stop", timeout=60)
+        assert stopped.returncode == 0, stopped.stderr
         with pytest.raises(SlurmctldUnreachable) as caught:
             slurm.run("slurm.node_info", nodes="gpu01")
         assert "slurmctld is not answering" in str(caught.value)
@@ -298,6 +302,7 @@ def test_slurmctld_stopped_gives_a_clear_error(slurm: Slurm) -> None:
         with pytest.raises(SlurmctldUnreachable, match="Unable to contact slurm controller"):
             slurm.backend.update_nodes(["gpu01"], "DRAIN", "x")
     finally:
+        slurm.clients.patient()
         started = slurm.lab.lab("service", "slurmctld", "start", timeout=120)
         assert started.returncode == 0, started.stdout + started.stderr
     wait_for(lambda: all(n.responding for n in slurm.backend.nodes(None)),

@@ -60,6 +60,51 @@ def lab_command(*args: str, env: dict[str, str] | None = None,
                           stdin=subprocess.DEVNULL, timeout=timeout, check=False)
 
 
+IMPATIENT_MESSAGE_TIMEOUT = 3  # seconds: a client gives up on a stopped slurmctld after 2 s
+
+
+@dataclass
+class SlurmClients:
+    """A test's own slurm.conf for the Slurm clients of the bot it builds (the adapter's
+    ``slurm.slurm_conf``, which it exports as SLURM_CONF): a copy of the lab's, beside links
+    to the lab's other files; the daemons keep reading the lab's own file.
+
+    A Slurm client tries to connect to a stopped slurmctld once a second for MessageTimeout
+    seconds (the default 10: a failure costs 9 s) and then says "Unable to contact slurm
+    controller (connect failure)". A test that stops slurmctld calls ``impatient()`` just
+    before it stops it: the clients started from then on say the same after 2 s.
+    ``patient()`` puts the lab's text back just before slurmctld is started again, so a running
+    controller always gets the default MessageTimeout to answer in."""
+
+    lab_conf: Path
+    path: Path
+
+    def impatient(self) -> None:
+        self._write(IMPATIENT_MESSAGE_TIMEOUT)
+
+    def patient(self) -> None:
+        self._write(None)
+
+    def _write(self, message_timeout: int | None) -> None:
+        lines = [line for line in self.lab_conf.read_text().splitlines()
+                 if not line.replace(" ", "").lower().startswith("messagetimeout=")]
+        if message_timeout is not None:
+            lines.append(f"MessageTimeout={message_timeout}")
+        self.path.write_text("\n".join(lines) + "\n")
+
+
+def slurm_clients(lab: Lab, folder: Path) -> SlurmClients:
+    """A ``SlurmClients`` in ``folder`` (created), patient to begin with."""
+    lab_conf = Path(lab["slurm_conf"])
+    folder.mkdir(parents=True, exist_ok=True)
+    for sibling in lab_conf.parent.iterdir():  # gres.conf, plugstack.conf...: the lab's
+        if sibling.name != lab_conf.name:
+            (folder / sibling.name).symlink_to(sibling)
+    clients = SlurmClients(lab_conf, folder / lab_conf.name)
+    clients.patient()
+    return clients
+
+
 def client_env(info: dict[str, Any], base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.pop("SLURM_JWT", None)  # would switch Slurm clients from munge to JWT

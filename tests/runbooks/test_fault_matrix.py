@@ -19,8 +19,10 @@ uses it and (b) during a post-check that uses it:
 
 Every test runbook drains ``gpu04`` in Slurm and cordons ``gpu08`` in Kubernetes (the nodes
 the other lab tests use least), then uses the faulty system. Each outage is a few seconds
-(slurmctld: Slurm's own clients retry for about 9 s before they give up); every fault is
-undone in a finaliser, which waits until the daemon is ready again.
+(slurmctld: Slurm's own clients retry for MessageTimeout - 1 s before they give up, 9 s by
+default; the bot's clients read a copy of the lab's slurm.conf which says MessageTimeout=3
+while slurmctld is stopped, so 2 s); every fault is undone in a finaliser, which waits
+until the daemon is ready again.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from bot.execution.engine import Engine
 from bot.execution.executions import Execution
 from bot.service import Service
 from bot.store import audit
-from tests.lab.fixture import Lab
+from tests.lab.fixture import Lab, SlurmClients, slurm_clients
 from tests.lab.kubehelp import api, wait_until
 
 pytestmark = pytest.mark.lab
@@ -149,7 +151,7 @@ CASES = [
         "id": "wait-idle", "action": "slurm.wait_idle",
         "with": {"nodes": SLURM_NODE, "timeout": "60s", "poll": "0.5s"}, "timeout": "60s"}),
         "step wait-idle: running", 1.0, "step wait-idle failed", ("slurmctld",)),
-    # slurmctld during a check: the case below (each slurmctld outage costs 15-25 s, so
+    # slurmctld during a check: the case below (each slurmctld outage costs 10-15 s, so
     # the check case with slurmctld back before undo is left to the step case's undo)
     Case("slurmctld-down-through-undo", SLURMCTLD, runbook("fm-slurm-undo", check=holding(
         "the node is drained", slurm={"nodes": SLURM_NODE, "state": "drained"})),
@@ -220,6 +222,7 @@ class Injector:
 
     lab: Lab
     case: Case
+    clients: SlurmClients  # the bot's slurm.conf: impatient while slurmctld is stopped
     lines: list[tuple[float, str]] = field(default_factory=list)
     began: float | None = None  # when the fault was in place
     triggered: float | None = None
@@ -229,6 +232,8 @@ class Injector:
 
     def _begin(self) -> None:
         try:
+            if self.case.fault is SLURMCTLD:  # every Slurm client started from now on
+                self.clients.impatient()
             self.case.fault.begin(self.lab)
             self.began = time.monotonic()
         except BaseException as exc:  # reported by the test
@@ -261,6 +266,7 @@ class Injector:
     def end(self) -> None:
         if self._thread is not None:  # never start the system while it is being stopped
             self._thread.join(60)
+        self.clients.patient()
         self.case.fault.end(self.lab)
         self.ended = True
 
@@ -308,7 +314,12 @@ def put_back(lab: Lab) -> None:
 
 
 @pytest.fixture
-def bot(lab: Lab, tmp_path: Path) -> Service:
+def clients(lab: Lab, tmp_path: Path) -> SlurmClients:
+    return slurm_clients(lab, tmp_path / "slurm-clients")
+
+
+@pytest.fixture
+def bot(lab: Lab, tmp_path: Path, clients: SlurmClients) -> Service:
     folder = tmp_path / "runbooks"
     folder.mkdir()
     for case in CASES:
@@ -322,9 +333,11 @@ def bot(lab: Lab, tmp_path: Path) -> Service:
     commands = {**config.host_commands, "store-health": HostCommand(
         argv=[etcdctl, f"--endpoints={lab['etcd']['endpoint']}", "endpoint", "health",
               "--command-timeout=2s"], timeout=5)}  # no description: the failure names it
+    assert config.slurm is not None
     return Service.from_config(config.model_copy(update={
         "database_url": f"sqlite:///{tmp_path / 'bot.db'}", "runbook_paths": [folder],
         "host_commands": commands,
+        "slurm": config.slurm.model_copy(update={"slurm_conf": str(clients.path)}),
         "engine": EngineConfig(lease_seconds=10, poll_seconds=0.1)}))
 
 
@@ -354,6 +367,7 @@ def prometheus_has_data(lab: Lab) -> bool:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_fault_fails_closed_and_undoes(lab: Lab, bot: Service, case: Case, tmp_path: Path,
+                                       clients: SlurmClients,
                                        request: pytest.FixtureRequest) -> None:
     wait_until(lambda: "DRAIN" not in slurm_state(lab) and not cordoned(lab),
                f"{SLURM_NODE} in service and {KUBE_NODE} schedulable", timeout=60, every=0.5)
@@ -362,7 +376,7 @@ def test_fault_fails_closed_and_undoes(lab: Lab, bot: Service, case: Case, tmp_p
     if case.fault is PROMETHEUS:
         wait_until(lambda: prometheus_has_data(lab), "Prometheus to have data", timeout=30)
     params = {"snapshot": str(tmp_path / "snap.db")} if case.id == "etcd-step" else {}
-    injector = Injector(lab, case)
+    injector = Injector(lab, case, clients)
     try:
         ex = drive(bot, injector, case.runbook["name"], params)
         injector.join()

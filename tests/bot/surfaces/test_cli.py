@@ -13,20 +13,52 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from bot.surfaces import cli as cli_module
 from tests.conftest import LAB_USERS, NODES
 
 RUNBOOK = [sys.executable, "-m", "bot"]
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The real program in its own process: for what is about processes (a second terminal,
+    a process killed, identity from the OS account, the exit code the shell sees)."""
     return subprocess.run([*RUNBOOK, *args], env=env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def cli_here(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The same command through ``bot.surfaces.cli.main`` in this process, with ``env`` as the
+    whole environment: what ``python -m bot`` does (``sys.exit(main())``) without the second
+    or two a new process takes to start. Each call builds its own configuration, service and
+    database pool (closed at the end of the test by tests.conftest's ``_dispose_engines``)."""
+    out, err = StringIO(), StringIO()
+    with _environment(env), redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = cli_module.main(list(args))
+        except SystemExit as exc:  # argparse: --help, a usage error
+            code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess([*RUNBOOK, *args], code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture
@@ -99,13 +131,13 @@ def test_help_lists_the_commands(bare_env: dict[str, str]) -> None:
 
 
 def test_selftest_runs_with_no_configuration(bare_env: dict[str, str]) -> None:
-    done = cli("run", "selftest", "--wait", env=bare_env)
+    done = cli_here("run", "selftest", "--wait", env=bare_env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0].startswith("execution ")
     assert "succeeded" in done.stdout.splitlines()[-1]
-    verify = cli("audit", "verify", env=bare_env)
+    verify = cli_here("audit", "verify", env=bare_env)
     assert verify.returncode == 0 and "intact" in verify.stdout
-    show = cli("show", done.stdout.split()[1], env=bare_env)
+    show = cli_here("show", done.stdout.split()[1], env=bare_env)
     assert "step_finished" in show.stdout and "check_evaluated" in show.stdout
 
 
@@ -122,16 +154,25 @@ def test_selftest_runs_with_no_configuration(bare_env: dict[str, str]) -> None:
 ])
 def test_bad_input_exits_2_and_changes_nothing(bare_env: dict[str, str], args: list[str],
                                                message: str) -> None:
-    done = cli(*args, env=bare_env)
+    done = cli_here(*args, env=bare_env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr
-    history = cli("history", "--json", env=bare_env)
+    history = cli_here("history", "--json", env=bare_env)
+    assert history.returncode == 0 and history.stdout.strip() == "[]"
+
+
+def test_bad_input_exits_2_from_the_real_program(bare_env: dict[str, str]) -> None:
+    """The exit code and the message as the shell sees them (the cases above run main())."""
+    done = cli("run", "selftest", "message=$(id)", env=bare_env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "not allowed" in done.stderr
+    history = cli_here("history", "--json", env=bare_env)
     assert history.returncode == 0 and history.stdout.strip() == "[]"
 
 
 def test_malformed_config_exits_2(tmp_path: Path, bare_env: dict[str, str]) -> None:
     (tmp_path / "bad.yaml").write_text("lab: true\nusers: [alice\n")
-    done = cli("--config", str(tmp_path / "bad.yaml"), "list", env=bare_env)
+    done = cli_here("--config", str(tmp_path / "bad.yaml"), "list", env=bare_env)
     assert done.returncode == 2 and "not valid YAML" in done.stderr
 
 
@@ -139,7 +180,7 @@ def test_validate_reports_file_and_line(tmp_path: Path, bare_env: dict[str, str]
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nversion: 1.0.0\nsummary: x\nrisk: low\nsteps:\n"
                    "  - id: a\n    action: chat.notfy\n    with: {message: hi}\n")
-    done = cli("validate", str(bad), env=bare_env)
+    done = cli_here("validate", str(bad), env=bare_env)
     assert done.returncode == 2
     assert f"{bad}:7: steps[0].action: unknown action \"chat.notfy\"" in done.stderr
     assert 'did you mean "chat.notify"' in done.stderr
@@ -153,25 +194,25 @@ def test_versions_and_diff(tmp_path: Path, bare_env: dict[str, str]) -> None:
     (folder / "selftest.yaml").write_text(text)
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"runbook_paths": [str(folder)]}))
-    assert cli("--config", str(config), "list", env=bare_env).returncode == 0
+    assert cli_here("--config", str(config), "list", env=bare_env).returncode == 0
     (folder / "selftest.yaml").write_text(
         text.replace("version: 1.0.0", "version: 1.1.0").replace("timeout: 30s", "timeout: 45s"))
-    assert cli("--config", str(config), "list", env=bare_env).returncode == 0
-    versions = cli("--config", str(config), "versions", "selftest", env=bare_env)
+    assert cli_here("--config", str(config), "list", env=bare_env).returncode == 0
+    versions = cli_here("--config", str(config), "versions", "selftest", env=bare_env)
     assert "1.0.0" in versions.stdout and "1.1.0" in versions.stdout
-    diff = cli("--config", str(config), "diff", "selftest", "1.0.0", "1.1.0", env=bare_env)
+    diff = cli_here("--config", str(config), "diff", "selftest", "1.0.0", "1.1.0", env=bare_env)
     assert "-    timeout: 30s" in diff.stdout and "+    timeout: 45s" in diff.stdout
     (folder / "selftest.yaml").write_text(text.replace("timeout: 30s", "timeout: 99s"))
-    refused = cli("--config", str(config), "list", env=bare_env)
+    refused = cli_here("--config", str(config), "list", env=bare_env)
     assert refused.returncode == 2 and "Bump the version" in refused.stderr
 
 
 def test_tampering_is_named_by_audit_verify(bare_env: dict[str, str]) -> None:
-    assert cli("run", "selftest", "--wait", env=bare_env).returncode == 0
+    assert cli_here("run", "selftest", "--wait", env=bare_env).returncode == 0
     database = Path(bare_env["XDG_STATE_HOME"]) / "gpu-runbook-bot" / "bot.db"
     with sqlite3.connect(database) as conn:
         conn.execute("UPDATE audit_events SET actor = 'mallory' WHERE seq = 5")
-    done = cli("audit", "verify", env=bare_env)
+    done = cli_here("audit", "verify", env=bare_env)
     assert done.returncode == 1
     assert "event 5 was edited" in done.stdout
 
@@ -184,9 +225,10 @@ def test_two_terminals_request_and_approve(lab_env: dict[str, str]) -> None:
     first = waiting.stdout.readline()
     assert first.startswith("execution ")
     execution_id = first.split()[1]
-    refused = cli("approve", execution_id, "--as", "bob", env=lab_env)
+    # the second terminal: this process
+    refused = cli_here("approve", execution_id, "--as", "bob", env=lab_env)
     assert refused.returncode == 2 and "bob may not approve" in refused.stderr
-    approved = cli("approve", execution_id, "--as", "carol", env=lab_env)
+    approved = cli_here("approve", execution_id, "--as", "carol", env=lab_env)
     assert approved.returncode == 0, approved.stderr
     out, _ = waiting.communicate(timeout=60)
     assert waiting.returncode == 0, out
@@ -199,8 +241,8 @@ def test_denied_run_exits_1(lab_env: dict[str, str]) -> None:
                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     assert waiting.stdout is not None
     execution_id = waiting.stdout.readline().split()[1]
-    assert cli("deny", execution_id, "--as", "dave", "--reason", "change freeze",
-               env=lab_env).returncode == 0
+    assert cli_here("deny", execution_id, "--as", "dave", "--reason", "change freeze",
+                    env=lab_env).returncode == 0
     waiting.communicate(timeout=60)
     assert waiting.returncode == 1
     assert journal(lab_env) == []
@@ -215,28 +257,30 @@ def test_sigkill_mid_execution_then_a_new_engine_finishes(lab_env: dict[str, str
     execution_id = runner.stdout.readline().split()[1]
     _wait_for(lambda: "slow-start" in journal(lab_env), 30)
     os.killpg(runner.pid, signal.SIGKILL)  # the engine and the step's child process
+    killed = time.monotonic()
     runner.communicate(timeout=10)
-    assert cli("status", execution_id, env=lab_env).stdout.count("RUNNING") == 1
+    assert cli_here("status", execution_id, env=lab_env).stdout.count("RUNNING") == 1
 
-    time.sleep(1.6)  # the dead engine's lease runs out
-    engine = cli("engine", "--once", env=lab_env, timeout=120)
+    # the dead engine's lease (1.5 s, renewed before the kill) runs out
+    time.sleep(max(0.0, killed + 1.6 - time.monotonic()))
+    engine = cli("engine", "--once", env=lab_env, timeout=120)  # a new engine process
     assert engine.returncode == 0, engine.stderr
     # host.run is not idempotent: the step under way is not re-run blindly
     assert f"[{execution_id}] held for a person: step slow (host.run)" in engine.stdout
     assert journal(lab_env) == ["first", "slow-start"]
-    assert cli("status", execution_id, env=lab_env).stdout.count("HELD") == 1
+    assert cli_here("status", execution_id, env=lab_env).stdout.count("HELD") == 1
 
-    resumed = cli("resume", execution_id, "--as", "alice", env=lab_env)
+    resumed = cli_here("resume", execution_id, "--as", "alice", env=lab_env)
     assert resumed.returncode == 0, resumed.stderr
-    engine = cli("engine", "--once", env=lab_env, timeout=120)
+    engine = cli_here("engine", "--once", env=lab_env)
     assert engine.returncode == 0, engine.stderr
     assert f"[{execution_id}] resumed" in engine.stdout
     assert journal(lab_env) == ["first", "slow-start", "slow-start", "last"]
-    status = cli("status", execution_id, env=lab_env)
+    status = cli_here("status", execution_id, env=lab_env)
     assert "SUCCEEDED" in status.stdout
-    show = cli("show", execution_id, env=lab_env).stdout
+    show = cli_here("show", execution_id, env=lab_env).stdout
     assert show.count("step_finished") == 3 and "resumed" in show
-    assert cli("audit", "verify", env=lab_env).returncode == 0
+    assert cli_here("audit", "verify", env=lab_env).returncode == 0
 
 
 def _wait_for(condition: Any, seconds: float) -> None:
@@ -288,11 +332,11 @@ def test_identity_is_the_os_account_not_the_environment(os_env: dict[str, str]) 
     assert refused.returncode == 2, refused.stdout
     assert (f"{real} requested execution {execution_id} and may not approve it too"
             in refused.stderr)
-    as_flag = cli("approve", execution_id, "--as", "carol", env=as_carol)
+    as_flag = cli_here("approve", execution_id, "--as", "carol", env=as_carol)
     assert as_flag.returncode == 2 and "lab: true" in as_flag.stderr
-    status = cli("status", execution_id, env=os_env)
+    status = cli_here("status", execution_id, env=os_env)
     assert "AWAITING_APPROVAL" in status.stdout and f"requested by {real} " in status.stdout
-    history = json.loads(cli("history", "--json", env=os_env).stdout)
+    history = json.loads(cli_here("history", "--json", env=os_env).stdout)
     assert [row["requested_by"] for row in history] == [real]
 
 
@@ -314,23 +358,23 @@ def test_a_weakened_guard_needs_break_glass_and_one_more_approval(
     (folder / "floor.yaml").write_text(yaml.safe_dump(FLOOR_RUNBOOK))
     asked = ["floor", "node=gpu01", "min_free_gpus=0"]
     for words in (["plan"], ["run", "--as", "alice"]):
-        refused = cli(*words, *asked, env=lab_env)
+        refused = cli_here(*words, *asked, env=lab_env)
         assert refused.returncode == 2, refused.stdout
         assert WEAKENED in refused.stderr and "(--break-glass)" in refused.stderr
-    assert cli("history", "--json", env=lab_env).stdout.strip() == "[]"
-    plan = cli("plan", *asked, "--break-glass", env=lab_env)
+    assert cli_here("history", "--json", env=lab_env).stdout.strip() == "[]"
+    plan = cli_here("plan", *asked, "--break-glass", env=lab_env)
     assert plan.returncode == 0, plan.stderr
     assert f"break-glass: {WEAKENED}" in plan.stdout
     assert "approval: 2 approval(s) from group:gpu-leads" in plan.stdout
-    done = cli("run", *asked, "--break-glass", "--as", "alice", env=lab_env)
+    done = cli_here("run", *asked, "--break-glass", "--as", "alice", env=lab_env)
     assert done.returncode == 0, done.stderr
     execution_id = done.stdout.split()[1]
     assert "awaiting approval: 2 approval(s)" in done.stdout
-    first = cli("approve", execution_id, "--as", "carol", env=lab_env)
+    first = cli_here("approve", execution_id, "--as", "carol", env=lab_env)
     assert "(1/2); now awaiting_approval" in first.stdout
-    second = cli("approve", execution_id, "--as", "dave", env=lab_env)
+    second = cli_here("approve", execution_id, "--as", "dave", env=lab_env)
     assert "(2/2); now approved" in second.stdout
-    assert cli("engine", "--once", env=lab_env, timeout=120).returncode == 0
+    assert cli_here("engine", "--once", env=lab_env).returncode == 0
     assert journal(lab_env) == ["floor 0"]
-    described = cli("describe", "floor", env=lab_env).stdout
+    described = cli_here("describe", "floor", env=lab_env).stdout
     assert "a lower value weakens a guard: break-glass" in described
