@@ -280,9 +280,11 @@ def test_xid_79_fires_and_reaches_alertmanager_and_webhook(
     in_am = wait_for(lambda: mon.am_alerts(alertname="GpuXidFallenOffBus", node=node),
                      "GpuXidFallenOffBus in Alertmanager")
     assert in_am[0]["labels"]["gpu"] == "3" and in_am[0]["status"]["state"] == "active"
+    # this node's firing: an earlier firing (another test's) may still be resolving
     posted = wait_for(lambda: [a for b in webhook.bodies for a in b["alerts"]
-                               if a["labels"]["alertname"] == "GpuXidFallenOffBus"],
-                      "webhook notified")
+                               if a["labels"]["alertname"] == "GpuXidFallenOffBus"
+                               and a["labels"].get("node") == node
+                               and a["status"] == "firing"], "webhook notified")
     assert webhook.bodies[0]["version"] == "4"
     # the bot's /alerts takes only its bearer token: Alertmanager sends it (credentials_file)
     token = Path(mon.info["alerts_token_file"]).read_text().strip()
