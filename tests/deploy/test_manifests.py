@@ -227,8 +227,8 @@ def test_prometheus_rules(rendered: tuple[str, list[dict[str, Any]]], tmp_path: 
     gpu_rules = one(docs, "PrometheusRule", "gpu-runbook-bot-gpu-alerts")["spec"]
     source = yaml.safe_load((REPO / "deploy" / "prometheus" / "gpu-alerts.yaml").read_text())
     assert gpu_rules == source
-    # Every metric the bot's rules read is one bot/serving.py exports.
-    serving = (REPO / "bot" / "runtime" / "serving.py").read_text()
+    # Every metric the bot's rules read is one bot/runtime/metrics.py exports.
+    serving = (REPO / "bot" / "runtime" / "metrics.py").read_text()
     for group in bot_rules["groups"]:
         for rule in group["rules"]:
             for metric in re.findall(r"\b(runbook_[a-z_]+)\b", rule["expr"]):
