@@ -278,6 +278,15 @@ def default_host_commands() -> dict[str, HostCommand]:
     }
 
 
+class AuditConfig(BaseModel):
+    """Checkpoints of the audit log (bot.store.checkpoints): its head appended to a file kept
+    apart from the database, so that a cut or rewritten tail shows."""
+
+    model_config = ConfigDict(extra="forbid")
+    checkpoint_file: Path | None = None  # relative to this file; none: no checkpoints
+    checkpoint_seconds: float = Field(default=300.0, ge=1)  # runbook serve records this often
+
+
 class Config(BaseModel):
     """Everything the bot reads from its configuration file."""
 
@@ -308,6 +317,7 @@ class Config(BaseModel):
     schedules: list[ScheduleConfig] = Field(default_factory=list)
     scheduling: SchedulingConfig = Field(default_factory=SchedulingConfig)
     slack: SlackConfig | None = None  # the Slack surface of `runbook serve`
+    audit: AuditConfig = Field(default_factory=AuditConfig)
     # Groups learnt at run time (Slack user group membership): user -> groups.
     _learnt_groups: dict[str, set[str]] = PrivateAttr(default_factory=dict)
 
@@ -362,7 +372,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     if "runbook_paths" in raw and isinstance(raw["runbook_paths"], list):
         raw["runbook_paths"] = [str(base / p) for p in raw["runbook_paths"]]
     for section, keys in (("slack", ("bot_token_file", "signing_secret_file", "app_token_file")),
-                          ("server", ("alerts_token_file", "tls_cert_file", "tls_key_file"))):
+                          ("server", ("alerts_token_file", "tls_cert_file", "tls_key_file")),
+                          ("audit", ("checkpoint_file",))):
         found = raw.get(section)
         if isinstance(found, dict):
             for key in keys:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from bot.execution.engine import Engine, Reporter
 from bot.schedule.scheduler import Scheduler, log_line
 from bot.service import Service
+from bot.store import checkpoints
 
 
 @dataclass(frozen=True)
@@ -56,3 +58,21 @@ def scheduler_task(bot: Service, say: Callable[[str], None] = log_line) -> Task:
                 runner.stop()
 
     return Task(name="scheduler", run=run, leader_only=True)
+
+
+def checkpoint_task(bot: Service, path: Path, say: Callable[[str], None] = log_line) -> Task:
+    """The leader records the audit log's head to ``path`` every
+    ``audit.checkpoint_seconds`` (bot.store.checkpoints), and once more when it stops."""
+    def record() -> None:
+        try:
+            checkpoints.record(bot.db, path)
+        except Exception as exc:  # a file or database problem: said, tried again next time
+            say(f"audit checkpoint not recorded: {exc}")
+
+    def run(stop: threading.Event) -> None:
+        record()
+        while not stop.wait(bot.config.audit.checkpoint_seconds):
+            record()
+        record()  # the head as this leader leaves it
+
+    return Task(name="audit-checkpoints", run=run, leader_only=True)

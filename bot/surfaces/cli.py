@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from bot.store.words import Kind, State
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from bot.config import Config
     from bot.service import Service
     from bot.surfaces.slack.surface import SlackSurface
@@ -102,7 +104,12 @@ def _reading_commands(add: _Add) -> None:
     p.add_argument("--json", action="store_true")
     p = add("audit", "verify or export the audit log")
     audit_sub = p.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
-    audit_sub.add_parser("verify", help="check the hash chain; exit 1 naming the first bad event")
+    v = audit_sub.add_parser("verify", help="check the hash chain; exit 1 naming the first bad "
+                             "event")
+    v.add_argument("--checkpoints", nargs="?", const="", default=None, metavar="FILE",
+                   help="also compare the log with the checkpoints in FILE (default: "
+                        "audit.checkpoint_file): a cut or rewritten tail fails")
+    audit_sub.add_parser("checkpoint", help="append the log's head to audit.checkpoint_file now")
     e = audit_sub.add_parser("export", help="write events as JSON lines or CSV")
     e.add_argument("--since", help="ISO date or time (UTC), inclusive")
     e.add_argument("--until", help="ISO date or time (UTC), exclusive")
@@ -398,14 +405,19 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from bot.store import audit
     from bot.store.db import connect
 
-    engine = connect(_config(args).resolved_database_url())
+    config = _config(args)
+    engine = connect(config.resolved_database_url())
+    if args.audit_command == "checkpoint":
+        return _checkpoint(engine, _checkpoint_file(config, ""))
     if args.audit_command == "verify":
         verdict = audit.verify(engine)
-        if verdict.ok:
-            print(f"audit log intact: {verdict.events} events, head {verdict.head}")
+        if not verdict.ok:
+            print(f"audit log BROKEN: {verdict.problem} (after {verdict.events} good events)")
+            return EXIT_FAILED
+        print(f"audit log intact: {verdict.events} events, head {verdict.head}")
+        if args.checkpoints is None:
             return EXIT_OK
-        print(f"audit log BROKEN: {verdict.problem} (after {verdict.events} good events)")
-        return EXIT_FAILED
+        return _verify_checkpoints(engine, _checkpoint_file(config, args.checkpoints))
     since, until = _iso(args.since), _iso(args.until)
     with engine.connect() as conn:
         rows = audit.events(conn, since=since, until=until)
@@ -415,6 +427,44 @@ def cmd_audit(args: argparse.Namespace) -> int:
             print(f"wrote {count} events to {args.output}", file=sys.stderr)
         else:
             audit.export(rows, sys.stdout, args.format)
+    return EXIT_OK
+
+
+def _checkpoint_file(config: Config, given: str) -> Path:
+    from pathlib import Path
+
+    if given:
+        return Path(given)
+    if config.audit.checkpoint_file is None:
+        raise UsageError("name the checkpoint file (--checkpoints FILE) or set "
+                         "audit.checkpoint_file in the configuration")
+    return config.audit.checkpoint_file
+
+
+def _checkpoint(engine: Any, path: Path) -> int:
+    from bot.store import checkpoints
+
+    try:
+        point = checkpoints.record(engine, path)
+    except checkpoints.CheckpointError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"checkpoint: event {point.seq}, hash {point.hash}" if point
+          else f"the last checkpoint in {path} already has the log's head")
+    return EXIT_OK
+
+
+def _verify_checkpoints(engine: Any, path: Path) -> int:
+    from bot.store import checkpoints
+
+    try:
+        count, problems = checkpoints.check(engine, path)
+    except checkpoints.CheckpointError as exc:
+        raise UsageError(str(exc)) from None
+    for problem in problems:
+        print(f"audit log BROKEN: {problem}")
+    if problems:
+        return EXIT_FAILED
+    print(f"checkpoints agree: {count} in {path}")
     return EXIT_OK
 
 
@@ -482,7 +532,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from bot.runtime.access import AlertsAuthError, alerts_access
     from bot.runtime.httpserver import ListenError
     from bot.runtime.serving import serve
-    from bot.runtime.tasks import scheduler_task
+    from bot.runtime.tasks import checkpoint_task, scheduler_task
 
     config = _config(args)
     host = args.host or config.server.host
@@ -500,6 +550,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tasks = list(slack.tasks()) if slack else []
     # schedules and windows: fired by the leader only, like the engine runs executions
     tasks.append(scheduler_task(bot, lambda line: print(f"[scheduler] {line}", flush=True)))
+    if config.audit.checkpoint_file is not None:  # the leader keeps the log's head apart
+        tasks.append(checkpoint_task(bot, config.audit.checkpoint_file,
+                                     lambda line: print(f"[audit] {line}", flush=True)))
     report = _report
     if slack is not None:
         surface = slack

@@ -1,0 +1,154 @@
+"""Checkpoints of the audit log (bot.store.checkpoints): a tail cut off or written again with
+its hashes recomputed passes the chain's own check but not the checkpoints; the command
+line and the leader's task that record them."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, text
+
+from bot.config import Config, load_config
+from bot.runtime.tasks import checkpoint_task
+from bot.service import Service
+from bot.store import audit, checkpoints, db
+from bot.store.words import Kind
+from bot.surfaces import cli
+from kit.canonical import canonical
+from tests.bot.store.test_audit import fill
+
+
+def rewrite_from(engine: Engine, seq: int) -> None:
+    """What someone with write access to the database does to hide event ``seq`` and on:
+    change it and recompute every hash after it, so that the chain verifies again."""
+    with engine.begin() as conn:
+        rows = conn.execute(text("SELECT seq, ts, execution_id, kind, actor, data FROM "
+                                 "audit_events WHERE seq >= :s ORDER BY seq"), {"s": seq}).all()
+        prev = conn.execute(text("SELECT hash FROM audit_events WHERE seq = :s"),
+                            {"s": seq - 1}).scalar_one()
+        for number, ts, execution_id, kind, actor, data in rows:
+            data = canonical({"n": "nothing to see"}) if number == seq else data
+            digest = audit.event_hash(ts, execution_id, kind, actor, data, prev)
+            conn.execute(text("UPDATE audit_events SET data = :d, prev_hash = :p, hash = :h "
+                              "WHERE seq = :s"), {"d": data, "p": prev, "h": digest, "s": number})
+            prev = digest
+
+
+def test_an_intact_log_agrees_with_its_checkpoints(db_url: str, tmp_path: Path) -> None:
+    engine = db.connect(db_url)
+    file = tmp_path / "audit.checkpoints"
+    assert checkpoints.record(engine, file) == checkpoints.Checkpoint(0, "", checkpoints.read(
+        file)[0].ts)  # an empty log has a checkpoint too
+    fill(engine, 5)
+    first = checkpoints.record(engine, file)
+    assert first is not None and first.seq == 5 and first.hash == audit.verify(engine).head
+    assert checkpoints.record(engine, file) is None  # nothing new: no second line
+    fill(engine, 3)
+    assert checkpoints.record(engine, file) is not None
+    assert [p.seq for p in checkpoints.read(file)] == [0, 5, 8]
+    assert checkpoints.check(engine, file) == (3, [])
+
+
+def test_a_cut_tail_verifies_but_the_checkpoints_see_it(db_url: str, tmp_path: Path) -> None:
+    engine = db.connect(db_url)
+    file = tmp_path / "audit.checkpoints"
+    fill(engine, 6)
+    checkpoints.record(engine, file)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM audit_events WHERE seq > 4"))
+    assert audit.verify(engine).ok  # a prefix of a chain is a chain
+    count, problems = checkpoints.check(engine, file)
+    assert count == 1 and problems == [
+        f"the checkpoint of {checkpoints.read(file)[0].ts} saw event 6, but the log ends at "
+        "event 4: its tail was cut off"]
+
+
+def test_a_rewritten_tail_verifies_but_the_checkpoints_see_it(db_url: str,
+                                                              tmp_path: Path) -> None:
+    engine = db.connect(db_url)
+    file = tmp_path / "audit.checkpoints"
+    fill(engine, 4)
+    checkpoints.record(engine, file)
+    fill(engine, 4)
+    checkpoints.record(engine, file)
+    rewrite_from(engine, 6)
+    assert audit.verify(engine).ok
+    _, problems = checkpoints.check(engine, file)
+    assert len(problems) == 1 and problems[0].startswith("event 8 is not the one")
+    rewrite_from(engine, 3)  # before the first checkpoint: both see it
+    assert audit.verify(engine).ok
+    assert [p.split(" is not")[0] for p in checkpoints.check(engine, file)[1]] == [
+        "event 4", "event 8"]
+
+
+@pytest.mark.parametrize("content", ['{"seq": 1}\n', "not json\n", '{"seq": "x", "hash": "h", '
+                                     '"ts": "t"}\n'])
+def test_a_damaged_checkpoint_file_is_named(sqlite_url: str, tmp_path: Path,
+                                            content: str) -> None:
+    file = tmp_path / "audit.checkpoints"
+    file.write_text(json.dumps({"seq": 0, "hash": "", "ts": "t"}) + "\n" + content)
+    with pytest.raises(checkpoints.CheckpointError, match=r"line 2: not a checkpoint"):
+        checkpoints.check(db.connect(sqlite_url), file)
+    with pytest.raises(checkpoints.CheckpointError, match="cannot read"):
+        checkpoints.check(db.connect(sqlite_url), tmp_path / "missing")
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = cli.main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_the_command_line_records_and_verifies(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "bot.yaml").write_text(
+        f"database_url: sqlite:///{tmp_path / 'bot.db'}\naudit:\n  checkpoint_file: cp\n")
+    config = str(tmp_path / "bot.yaml")
+    assert load_config(config).audit.checkpoint_file == tmp_path / "cp"
+    engine = db.connect(f"sqlite:///{tmp_path / 'bot.db'}")
+    fill(engine, 3)
+    assert run_cli(capsys, "--config", config, "audit", "checkpoint")[0] == 0
+    code, out = run_cli(capsys, "--config", config, "audit", "verify", "--checkpoints")
+    assert code == 0 and "checkpoints agree: 1 in" in out
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM audit_events WHERE seq = 3"))
+    code, out = run_cli(capsys, "--config", config, "audit", "verify", "--checkpoints")
+    assert code == 1 and "audit log intact: 2 events" in out and "tail was cut off" in out
+    code, out = run_cli(capsys, "--config", config, "audit", "verify")  # without: not seen
+    assert code == 0
+    (tmp_path / "none.yaml").write_text(f"database_url: sqlite:///{tmp_path / 'bot.db'}\n")
+    code, out = run_cli(capsys, "--config", str(tmp_path / "none.yaml"), "audit", "checkpoint")
+    assert code == 2 and "set audit.checkpoint_file" in out
+
+
+def wait_for(check: Callable[[], bool], stop: threading.Event) -> bool:
+    for _ in range(50):
+        if check():
+            return True
+        stop.wait(0.1)
+    return False
+
+
+def test_the_leader_records_at_start_every_interval_and_at_stop(tmp_path: Path,
+                                                                 sqlite_url: str) -> None:
+    config = Config(database_url=sqlite_url, audit={"checkpoint_seconds": 1})
+    bot = Service.from_config(config)
+    file = tmp_path / "cp"
+    said: list[str] = []
+    stop = threading.Event()
+    runner = threading.Thread(target=checkpoint_task(bot, file, said.append).run, args=(stop,))
+    runner.start()
+    try:
+        assert wait_for(lambda: file.exists(), stop)  # the first, at start
+        fill(bot.db, 2)
+        assert wait_for(lambda: checkpoints.read(file)[-1].seq == 2, stop)  # within a second
+        with bot.db.begin() as conn:
+            audit.append(conn, Kind.REQUESTED, "alice", {"n": "last"})
+    finally:
+        stop.set()
+        runner.join(10)
+    assert [p.seq for p in checkpoints.read(file)] == [0, 2, 3] and said == []
