@@ -129,10 +129,10 @@ deploy/lab/lab slack messages
 kill $serve_pid 2>/dev/null || true
 run_approved alice carol resume-node node=gpu04 >/dev/null
 
-step "runbook history, one timeline, and the audit chain"
+step "runbook history, one timeline, and the audit chain (with the checkpoints serve kept)"
 "$runbook" history
 "$runbook" show "$id"
-"$runbook" audit verify
+"$runbook" audit verify --checkpoints
 
 step "the terminal chat: the grammar and answers of Slack's /runbook, at a prompt"
 if [ -t 0 ]; then
