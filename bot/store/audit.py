@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from sqlalchemy import Connection, Engine, select, text
 
 from bot.store.db import now_iso
-from bot.store.schema import audit_events
+from bot.store.schema import audit_archives, audit_events
 from bot.store.words import Kind
 from kit.canonical import canonical
 
@@ -87,12 +87,15 @@ class Verdict:
 
 def verify(engine: Engine, batch: int = 10_000) -> Verdict:
     """Walk the whole chain; report the first edited, deleted, inserted or reordered event.
+    It starts after the latest archive, if any (``start``).
 
     ``seq`` is only the position; it is not hashed, so an edited event (its own hash is
     wrong) is told from a deleted, inserted or reordered one (the chain breaks between two
     events, or a position is missing).
     """
-    expected_seq, prev, count = 1, GENESIS, 0
+    with engine.connect() as conn:
+        expected_seq, prev = start(conn)
+    count = 0
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
         assert raw is not None
@@ -120,6 +123,14 @@ def verify(engine: Engine, batch: int = 10_000) -> Verdict:
                 prev, expected_seq, count = stored, seq + 1, count + 1
         cursor.close()
     return Verdict(True, count, prev)
+
+
+def start(conn: Connection) -> tuple[int, str]:
+    """Where the log in the database starts: (1, GENESIS), or after the latest archive
+    (bot.store.archive): its last position + 1, chained to its head hash."""
+    row = conn.execute(select(audit_archives.c.up_to_seq, audit_archives.c.head_hash)
+                       .order_by(audit_archives.c.up_to_seq.desc()).limit(1)).first()
+    return (1, GENESIS) if row is None else (int(row[0]) + 1, str(row[1]))
 
 
 def events(

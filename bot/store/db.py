@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 MIGRATIONS = Path(__file__).parent / "migrations"
 _PG_MIGRATE_LOCK = 0x6772_6D67  # advisory lock key: one replica migrates at a time
 

@@ -126,6 +126,21 @@ audit_events = Table(
     Index("ix_audit_ts", "ts"),
 )
 
+# Events moved out of audit_events into a verified file (bot.store.archive): the log then
+# starts at up_to_seq + 1, chained to head_hash.
+audit_archives = Table(
+    "audit_archives",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("from_seq", Integer, nullable=False),
+    Column("up_to_seq", Integer, nullable=False),
+    Column("head_hash", String(64), nullable=False),
+    Column("file", Text, nullable=False),
+    Column("sha256", String(64), nullable=False),  # of the archive file
+    Column("created_at", String(32), nullable=False),
+    Column("created_by", String(128), nullable=False),
+)
+
 confirmations = Table(
     "confirmations",
     metadata,

@@ -89,6 +89,8 @@ class Kind(enum.StrEnum):
     PROPOSAL_DISMISSED = "proposal_dismissed"
     ALERT_RESOLVED = "alert_resolved"
     ALERT_REFIRED = "alert_refired"
+    # the audit log itself (bot.store.archive)
+    AUDIT_ARCHIVED = "audit_archived"
     # schedules (bot.schedule.scheduling, bot.schedule.scheduler)
     SCHEDULE_ADDED = "schedule_added"
     SCHEDULE_CHANGED = "schedule_changed"

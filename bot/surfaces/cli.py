@@ -109,7 +109,13 @@ def _reading_commands(add: _Add) -> None:
     v.add_argument("--checkpoints", nargs="?", const="", default=None, metavar="FILE",
                    help="also compare the log with the checkpoints in FILE (default: "
                         "audit.checkpoint_file): a cut or rewritten tail fails")
+    v.add_argument("--archive", metavar="FILE",
+                   help="prove an archive file (runbook audit archive) instead of the log")
     audit_sub.add_parser("checkpoint", help="append the log's head to audit.checkpoint_file now")
+    a = audit_sub.add_parser("archive", help="move the events before a date into a verified "
+                             "file; the log keeps proving the rest")
+    a.add_argument("--before", required=True, help="ISO date or time (UTC), exclusive")
+    a.add_argument("--output", required=True, metavar="FILE", help="a new file")
     e = audit_sub.add_parser("export", help="write events as JSON lines or CSV")
     e.add_argument("--since", help="ISO date or time (UTC), inclusive")
     e.add_argument("--until", help="ISO date or time (UTC), exclusive")
@@ -409,6 +415,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
     engine = connect(config.resolved_database_url())
     if args.audit_command == "checkpoint":
         return _checkpoint(engine, _checkpoint_file(config, ""))
+    if args.audit_command == "archive":
+        return _archive(engine, args)
+    if args.audit_command == "verify" and args.archive:
+        return _verify_archive(args.archive)
     if args.audit_command == "verify":
         verdict = audit.verify(engine)
         if not verdict.ok:
@@ -427,6 +437,38 @@ def cmd_audit(args: argparse.Namespace) -> int:
             print(f"wrote {count} events to {args.output}", file=sys.stderr)
         else:
             audit.export(rows, sys.stdout, args.format)
+    return EXIT_OK
+
+
+def _archive(engine: Any, args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from bot.config import current_user
+    from bot.store import archive
+
+    before = _iso(args.before)
+    assert before is not None
+    try:
+        done = archive.archive(engine, before, Path(args.output), current_user())
+    except archive.ArchiveError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"archived events {done.from_seq}-{done.up_to_seq} to {done.file} (sha256 "
+          f"{done.sha256}); the log now starts after head {done.head_hash}")
+    return EXIT_OK
+
+
+def _verify_archive(file: str) -> int:
+    from pathlib import Path
+
+    from bot.store import archive
+
+    try:
+        proved = archive.verify_file(Path(file))
+    except archive.ArchiveError as exc:
+        print(f"archive BROKEN: {exc}")
+        return EXIT_FAILED
+    print(f"archive intact: events {proved.from_seq}-{proved.up_to_seq}, head "
+          f"{proved.head_hash}, sha256 {proved.sha256}")
     return EXIT_OK
 
 
