@@ -55,10 +55,8 @@ def append(
     """
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_AUDIT_LOCK})
-    last = conn.execute(
-        select(audit_events.c.seq, audit_events.c.hash).order_by(audit_events.c.seq.desc()).limit(1)
-    ).first()
-    seq, prev = (last[0] + 1, last[1]) if last else (1, GENESIS)
+    found = last(conn)
+    seq, prev = (found[0] + 1, found[1]) if found else (1, GENESIS)
     ts = now_iso()
     data_json = canonical(dict(data))
     conn.execute(
@@ -74,6 +72,13 @@ def append(
         )
     )
     return seq
+
+
+def last(conn: Connection) -> tuple[int, str] | None:
+    """The log's last event in the database: (position, hash); None when there is none."""
+    row = conn.execute(select(audit_events.c.seq, audit_events.c.hash)
+                       .order_by(audit_events.c.seq.desc()).limit(1)).first()
+    return None if row is None else (int(row[0]), str(row[1]))
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,7 @@ class CheckpointError(Exception):
 def head(engine: Engine) -> tuple[int, str]:
     """The log's last event: (position, hash); (0, "") when it is empty."""
     with engine.connect() as conn:
-        row = conn.execute(select(audit_events.c.seq, audit_events.c.hash)
-                           .order_by(audit_events.c.seq.desc()).limit(1)).first()
-    return (int(row[0]), str(row[1])) if row else (0, "")
+        return audit.last(conn) or (0, "")
 
 
 def record(engine: Engine, path: Path) -> Checkpoint | None:
