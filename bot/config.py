@@ -8,6 +8,7 @@ commands, so ``runbook run selftest`` works on a fresh install.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import pwd
 import sys
@@ -287,6 +288,56 @@ class AuditConfig(BaseModel):
     checkpoint_seconds: float = Field(default=300.0, ge=1)  # runbook serve records this often
 
 
+class ProxyIdentity(BaseModel):
+    """The console's people as an authenticating proxy (oauth2-proxy) names them: a header
+    it sets, believed only on connections from ``trusted`` addresses."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_header: str = "X-Forwarded-User"
+    email_header: str = "X-Forwarded-Email"
+    name_from: Literal["user", "email"] = "user"  # which of the two is the bot's name
+    trusted: list[str] = Field(min_length=1)  # the proxy's addresses or networks (CIDR)
+
+    @field_validator("trusted")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f'"{item}" is not an address or network (CIDR)') from None
+        return value
+
+
+class ConsoleConfig(BaseModel):
+    """The read-only web console at /ui of ``runbook serve`` (bot.surfaces.console). With
+    neither ``proxy`` nor ``basic`` it refuses everybody."""
+
+    model_config = ConfigDict(extra="forbid")
+    proxy: ProxyIdentity | None = None
+    # HTTP basic for small sites: name -> hash from `runbook console hash-password`
+    basic: dict[str, str] = Field(default_factory=dict)
+    auditors: list[str] = Field(default_factory=list)  # see everything ("group:audit")
+    page_size: int = Field(default=50, ge=1, le=500)
+
+    @field_validator("basic")
+    @classmethod
+    def _hashed(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, hashed in value.items():
+            if not hashed.startswith("scrypt$"):
+                raise ValueError(f"{name}: a password must be the hash `runbook console "
+                                 "hash-password` prints, never the password itself")
+        return value
+
+    @field_validator("auditors")
+    @classmethod
+    def _principals(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if item != "*" and not item.startswith(("group:", "user:")):
+                raise ValueError(f'"{item}" must be "*", "group:NAME" or "user:NAME"')
+        return value
+
+
 class Config(BaseModel):
     """Everything the bot reads from its configuration file."""
 
@@ -318,6 +369,7 @@ class Config(BaseModel):
     scheduling: SchedulingConfig = Field(default_factory=SchedulingConfig)
     slack: SlackConfig | None = None  # the Slack surface of `runbook serve`
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)  # /ui of runbook serve
     # Groups learnt at run time (Slack user group membership): user -> groups.
     _learnt_groups: dict[str, set[str]] = PrivateAttr(default_factory=dict)
 

@@ -78,7 +78,8 @@ def unauthorized(problem: str, *, invalid: bool) -> Response:
 def serve(bot: Service, host: str, port: int, report: Reporter,
           stop: threading.Event | None = None, *, routes: Mapping[str, Route] | None = None,
           tasks: Sequence[Task] = (), elector: Elector | None = None,
-          alerts: access.AlertsAccess | None = None) -> None:
+          alerts: access.AlertsAccess | None = None,
+          mounts: Mapping[str, web.Asgi] | None = None) -> None:
     """Serve HTTP and run the engine and ``tasks`` until ``stop`` is set.
 
     ``alerts``: how POST /alerts is guarded; default from the configuration and the
@@ -102,7 +103,7 @@ def serve(bot: Service, host: str, port: int, report: Reporter,
         retry_seconds=bot.config.leader_election.retry_seconds)
     try:  # bound and accepting before any task starts; a port in use fails here
         server = HttpServer(application(bot, routes, alerts_token=alerts.tokens,
-                                        leadership=leadership.status),
+                                        leadership=leadership.status, mounts=mounts),
                             host, port, http_settings(bot.config.server))
         server.start()
     except BaseException:
@@ -125,7 +126,8 @@ def serve(bot: Service, host: str, port: int, report: Reporter,
 
 def application(bot: Service, routes: Mapping[str, Route] | None = None, *,
                 alerts_token: str | Sequence[str] | None,
-                leadership: Callable[[], Mapping[str, Any]] | None = None) -> web.Asgi:
+                leadership: Callable[[], Mapping[str, Any]] | None = None,
+                mounts: Mapping[str, web.Asgi] | None = None) -> web.Asgi:
     """The HTTP application:
 
         POST /alerts    Alertmanager's webhook (version 4) -> proposals; with
@@ -136,14 +138,14 @@ def application(bot: Service, routes: Mapping[str, Route] | None = None, *,
         GET  /metrics   Prometheus metrics (executions, checks, approvals, proposals, and
                         runbook_http_request_duration_seconds)
 
-    and the surfaces' POST ``routes`` (Slack at /slack/events). A POST body must be 1 byte to
-    MAX_BODY (400, 413). ``leadership``: what /healthz adds about leader election
-    (Leadership.status).
+    and the surfaces' POST ``routes`` (Slack at /slack/events) and ``mounts`` (the console at
+    /ui). A POST body must be 1 byte to MAX_BODY (400, 413). ``leadership``: what /healthz
+    adds about leader election (Leadership.status).
     """
     registry, histogram = metrics.registry_for(bot)
     posts = {"/alerts": alerts_route(bot, alerts_token), **(routes or {})}
     return web.build(posts, health=lambda: health(bot, leadership), registry=registry,
-                     histogram=histogram, limits=limits(bot.config.server))
+                     histogram=histogram, limits=limits(bot.config.server), mounts=mounts)
 
 
 def limits(server: ServerConfig) -> web.Limits:

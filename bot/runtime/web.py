@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response as Answer
+from starlette.routing import BaseRoute, Mount
 from starlette.routing import Route as Path
 
 from bot.runtime import access
@@ -112,9 +113,13 @@ def post_endpoint(route: Route, limits: Limits, places: Places) -> Callable[[Req
 
 
 def build(posts: Mapping[str, Route], *, health: Callable[[], Response],
-          registry: CollectorRegistry, histogram: Histogram, limits: Limits) -> Asgi:
-    """The application: GET /healthz and /metrics, and ``posts`` (path -> route)."""
+          registry: CollectorRegistry, histogram: Histogram, limits: Limits,
+          mounts: Mapping[str, Asgi] | None = None) -> Asgi:
+    """The application: GET /healthz and /metrics, ``posts`` (path -> route), and
+    ``mounts`` (path prefix -> an application of its own, like the console at /ui), each
+    request of which takes an answering place."""
     places = Places.of(limits)
+    mounts = mounts or {}
 
     async def healthz(request: Request) -> Answer:
         return _answer(await run_in_threadpool(health))
@@ -126,10 +131,13 @@ def build(posts: Mapping[str, Route], *, health: Callable[[], Response],
             text = await run_in_threadpool(generate_latest, registry)
         return Answer(text, 200, media_type="text/plain; version=0.0.4")
 
-    paths = [Path("/healthz", healthz, methods=["GET"]), Path("/metrics", metrics, methods=["GET"])]
+    paths: list[BaseRoute] = [Path("/healthz", healthz, methods=["GET"]),
+                              Path("/metrics", metrics, methods=["GET"])]
     paths += [Path(path, post_endpoint(route, limits, places), methods=["POST"])
               for path, route in posts.items()]
-    where = "GET /healthz, /metrics; POST " + ", ".join(posts)
+    paths += [Mount(prefix, app=Placed(app, places.answering)) for prefix, app in mounts.items()]
+    where = "GET /healthz, /metrics" + "".join(f", {prefix}/" for prefix in mounts) + \
+        "; POST " + ", ".join(posts)
 
     async def refused(request: Request, exc: Exception) -> Answer:
         assert isinstance(exc, HTTPException)
@@ -145,7 +153,7 @@ def build(posts: Mapping[str, Route], *, health: Callable[[], Response],
     app = Starlette(routes=paths,
                     exception_handlers={404: refused, 405: refused, Exception: failed})
     known = {"/healthz", "/metrics", *posts}
-    return Observed(HeaderLimit(app), histogram, known)
+    return Observed(HeaderLimit(app), histogram, known, prefixes=tuple(mounts))
 
 
 class HeaderLimit:
@@ -164,6 +172,25 @@ class HeaderLimit:
             await answer(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+class Placed:
+    """A mounted application whose requests each hold one of ``bound``'s places (503 when
+    none is free), so that pages and exports count with the routes."""
+
+    def __init__(self, app: Asgi, bound: Bound) -> None:
+        self.app = app
+        self.bound = bound
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        with self.bound.one() as free:
+            if not free:
+                await self.bound.refusal()(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
 
 
 class Bound:
@@ -215,10 +242,12 @@ class Observed:
     route, status, milliseconds. Never a header, a query string or a body (tokens and
     signatures travel there); a path no route takes is logged as "other"."""
 
-    def __init__(self, app: Asgi, histogram: Histogram, known: set[str]) -> None:
+    def __init__(self, app: Asgi, histogram: Histogram, known: set[str],
+                 prefixes: tuple[str, ...] = ()) -> None:
         self.app = app
         self.histogram = histogram
         self.known = known
+        self.prefixes = prefixes  # a mounted application's paths are timed under its prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -237,12 +266,21 @@ class Observed:
             await self.app(scope, receive, sending)
         finally:
             seconds = time.perf_counter() - started
-            route = scope["path"] if scope["path"] in self.known else "other"
+            route = self._route(scope["path"])
             method = scope["method"] if scope["method"] in _METHODS else "other"
             self.histogram.labels(method, route, str(status)).observe(seconds)
             client = scope.get("client") or ("-", 0)
             access_log.info("%s %s %s %d %.1fms", client[0], method, route, status,
                             seconds * 1000)
+
+
+    def _route(self, path: str) -> str:
+        if path in self.known:
+            return path
+        for prefix in self.prefixes:
+            if path == prefix or path.startswith(prefix + "/"):
+                return prefix
+        return "other"
 
 
 _METHODS = {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"}

@@ -134,6 +134,10 @@ def _version_and_process_commands(add: _Add) -> None:
                      "Slack, and on the leader the engine and the scheduler")
     p.add_argument("--host", help="address to listen on (default: server.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: server.port, 8080)")
+    p = add("console", "the web console at /ui of serve: hash-password reads a password "
+                       "(twice at a terminal, else one line of stdin) and prints the hash "
+                       "console.basic takes")
+    p.add_argument("action", choices=["hash-password"])
     p = add("chat", "the chat grammar at a terminal (script mode when stdin is not a terminal)")
     p.add_argument("--as", dest="as_user", help="start as USER (lab configs only)")
 
@@ -603,7 +607,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _report(execution_id, line)
             surface.report(execution_id, line)
 
-    paths = ", ".join(["/alerts", "/healthz", "/metrics", *routes])
+    from bot.surfaces.console.app import console
+
+    mounts = {"/ui": console(bot)}  # the read-only console; it refuses all without identity
+    paths = ", ".join(["/alerts", "/healthz", "/metrics", *routes, "/ui/"])
     scheme = "https" if config.server.tls_cert_file else "http"
     print(f"serving on {scheme}://{host}:{port} ({paths})"
           + (f"; Slack in {slack.mode} mode" if slack else "; Slack not set up"), flush=True)
@@ -612,9 +619,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
     _log_requests()
     try:
-        serve(bot, host, port, report, stop, routes=routes, tasks=tasks, alerts=alerts)
+        serve(bot, host, port, report, stop, routes=routes, tasks=tasks, alerts=alerts,
+              mounts=mounts)
     except ListenError as exc:
         raise UsageError(str(exc)) from None
+    return EXIT_OK
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    import getpass
+
+    from bot.surfaces.console.passwords import hash_password
+
+    if sys.stdin.isatty():
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            raise UsageError("the two passwords differ; nothing printed")
+    else:
+        password = sys.stdin.readline().rstrip("\n")
+    if len(password) < 12:
+        raise UsageError("a console password must be at least 12 characters")
+    print(hash_password(password))
     return EXIT_OK
 
 
@@ -786,6 +811,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "diff": cmd_diff,
     "engine": cmd_engine,
     "serve": cmd_serve,
+    "console": cmd_console,
     "proposals": cmd_proposals,
     "node": cmd_node,
     "chat": cmd_chat,
