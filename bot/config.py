@@ -286,6 +286,9 @@ class AuditConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     checkpoint_file: Path | None = None  # relative to this file; none: no checkpoints
     checkpoint_seconds: float = Field(default=300.0, ge=1)  # runbook serve records this often
+    # also post each new checkpoint to the Slack channel (slack.channel), a second place
+    # outside the database that an administrator of the database cannot edit
+    checkpoint_chat: bool = False
 
 
 class ProxyIdentity(BaseModel):
@@ -380,6 +383,13 @@ class Config(BaseModel):
             if item != "*" and not item.startswith(("group:", "user:")):
                 raise ValueError(f'"{item}" must be "*", "group:NAME" or "user:NAME"')
         return value
+
+    @model_validator(mode="after")
+    def _chat_checkpoints_need_chat(self) -> Config:
+        if self.audit.checkpoint_chat and self.slack is None:
+            raise ValueError("audit.checkpoint_chat posts to the Slack channel: configure "
+                             "slack, or set it false")
+        return self
 
     def resolved_database_url(self) -> str:
         return os.environ.get(DB_URL_ENV) or self.database_url or default_database_url()

@@ -12,6 +12,7 @@ from bot.execution.engine import Engine, Reporter
 from bot.schedule.scheduler import Scheduler, log_line
 from bot.service import Service
 from bot.store import checkpoints
+from bot.store.db import now_iso
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,23 @@ def scheduler_task(bot: Service, say: Callable[[str], None] = log_line) -> Task:
     return Task(name="scheduler", run=run, leader_only=True)
 
 
-def checkpoint_task(bot: Service, path: Path, say: Callable[[str], None] = log_line) -> Task:
+def checkpoint_task(bot: Service, path: Path | None, say: Callable[[str], None] = log_line,
+                    post: Callable[[checkpoints.Checkpoint], None] | None = None) -> Task:
     """The leader records the audit log's head to ``path`` every
-    ``audit.checkpoint_seconds`` (bot.store.checkpoints), and once more when it stops."""
+    ``audit.checkpoint_seconds`` (bot.store.checkpoints), and once more when it stops;
+    ``post`` also hands each new head to the chat (audit.checkpoint_chat)."""
+    posted: list[tuple[int, str]] = []
+
     def record() -> None:
         try:
-            checkpoints.record(bot.db, path)
-        except Exception as exc:  # a file or database problem: said, tried again next time
+            if path is not None:
+                checkpoints.record(bot.db, path)
+            if post is not None:
+                seq, digest = checkpoints.head(bot.db)
+                if posted[-1:] != [(seq, digest)]:
+                    post(checkpoints.Checkpoint(seq, digest, now_iso()))
+                    posted[:] = [(seq, digest)]
+        except Exception as exc:  # a file, chat or database problem: said, tried again
             say(f"audit checkpoint not recorded: {exc}")
 
     def run(stop: threading.Event) -> None:

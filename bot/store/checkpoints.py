@@ -46,7 +46,7 @@ def record(engine: Engine, path: Path) -> Checkpoint | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as out:
-            out.write(json.dumps({"seq": point.seq, "hash": point.hash, "ts": point.ts}) + "\n")
+            out.write(as_line(point) + "\n")
             out.flush()
             os.fsync(out.fileno())
     except OSError as exc:
@@ -55,8 +55,16 @@ def record(engine: Engine, path: Path) -> Checkpoint | None:
     return point
 
 
+def as_line(point: Checkpoint) -> str:
+    """One checkpoint as the file holds it (and as the chat shows it, so that lines copied
+    from the channel's history make a file ``check`` reads)."""
+    return json.dumps({"seq": point.seq, "hash": point.hash, "ts": point.ts})
+
+
 def read(path: Path) -> list[Checkpoint]:
-    """Every checkpoint in ``path``, in order; CheckpointError naming the first bad line."""
+    """Every checkpoint in ``path``, in order; CheckpointError naming the first bad line.
+    Blank lines are passed over, and text around a line's ``{...}`` (a chat message's words,
+    pasted from the channel) is not read."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -64,8 +72,10 @@ def read(path: Path) -> list[Checkpoint]:
                               f"{getattr(exc, 'strerror', None) or 'not text'}") from exc
     found = []
     for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
-            data = json.loads(line)
+            data = json.loads(line[line.find("{"):line.rfind("}") + 1] if "{" in line else line)
             point = Checkpoint(int(data["seq"]), str(data["hash"]), str(data["ts"]))
         except (ValueError, KeyError, TypeError):
             raise CheckpointError(f"{path}, line {number}: not a checkpoint "

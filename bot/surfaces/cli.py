@@ -578,7 +578,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from bot.runtime.access import AlertsAuthError, alerts_access
     from bot.runtime.httpserver import ListenError
     from bot.runtime.serving import serve
-    from bot.runtime.tasks import checkpoint_task, scheduler_task
+    from bot.runtime.tasks import scheduler_task
 
     config = _config(args)
     host = args.host or config.server.host
@@ -596,9 +596,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tasks = list(slack.tasks()) if slack else []
     # schedules and windows: fired by the leader only, like the engine runs executions
     tasks.append(scheduler_task(bot, lambda line: print(f"[scheduler] {line}", flush=True)))
-    if config.audit.checkpoint_file is not None:  # the leader keeps the log's head apart
-        tasks.append(checkpoint_task(bot, config.audit.checkpoint_file,
-                                     lambda line: print(f"[audit] {line}", flush=True)))
+    tasks += _audit_tasks(bot, slack)
     report = _report
     if slack is not None:
         surface = slack
@@ -624,6 +622,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ListenError as exc:
         raise UsageError(str(exc)) from None
     return EXIT_OK
+
+
+def _audit_tasks(bot: Service, slack: Any) -> list[Any]:
+    """The leader keeps the log's head apart: in a file, in the chat, or both."""
+    from bot.runtime.tasks import checkpoint_task
+
+    audit_config = bot.config.audit
+    post = slack.poster.checkpoint if slack is not None and audit_config.checkpoint_chat else None
+    if audit_config.checkpoint_file is None and post is None:
+        return []
+    return [checkpoint_task(bot, audit_config.checkpoint_file,
+                            lambda line: print(f"[audit] {line}", flush=True), post)]
 
 
 def cmd_console(args: argparse.Namespace) -> int:

@@ -21,7 +21,8 @@ from bot.alerts import proposing
 from bot.execution import confirming, executions
 from bot.execution.executions import Execution
 from bot.service import Service
-from bot.store import audit
+from bot.store import audit, checkpoints
+from bot.store.checkpoints import Checkpoint
 from bot.store.db import now_iso
 from bot.store.schema import chat_messages, confirmations, proposals
 from bot.store.schema import executions as executions_table
@@ -66,6 +67,15 @@ class Poster:
             if len(queued) < MAX_QUEUED_LINES:
                 queued.append(line)
         self._wake.set()
+
+    def checkpoint(self, point: Checkpoint) -> None:
+        """Post the audit log's head to the channel once (audit.checkpoint_chat): a record of
+        it outside the database. The line after the words is what a checkpoint file holds."""
+        line = checkpoints.as_line(point)
+        self._post(f"checkpoint:{point.seq}:{point.hash[:16]}",
+                   Message(f"audit checkpoint {line}",
+                           [{"type": "section", "text": {"type": "mrkdwn", "text":
+                             f"audit checkpoint `{line}`"}}]))
 
     def nudge(self) -> None:
         self._wake.set()

@@ -152,3 +152,46 @@ def test_the_leader_records_at_start_every_interval_and_at_stop(tmp_path: Path,
         stop.set()
         runner.join(10)
     assert [p.seq for p in checkpoints.read(file)] == [0, 2, 3] and said == []
+
+
+def test_the_leader_posts_each_new_head_to_the_chat_once(tmp_path: Path,
+                                                          sqlite_url: str) -> None:
+    """audit.checkpoint_chat without a file: the chat is the record kept apart, and a head
+    already posted is not posted again."""
+    bot = Service.from_config(Config(database_url=sqlite_url, audit={"checkpoint_seconds": 1}))
+    posted: list[checkpoints.Checkpoint] = []
+    stop = threading.Event()
+    runner = threading.Thread(target=checkpoint_task(bot, None, post=posted.append).run,
+                              args=(stop,))
+    runner.start()
+    try:
+        assert wait_for(lambda: len(posted) == 1, stop)
+        fill(bot.db, 2)
+        assert wait_for(lambda: len(posted) == 2, stop)
+        stop.wait(1.5)  # an interval with nothing new: nothing posted
+    finally:
+        stop.set()
+        runner.join(10)
+    assert [(p.seq, p.hash) for p in posted] == [(0, ""), (2, checkpoints.head(bot.db)[1])]
+    assert not (tmp_path / "cp").exists()
+
+
+def test_lines_copied_from_the_chat_are_read_as_checkpoints(tmp_path: Path,
+                                                            sqlite_url: str) -> None:
+    """What the channel shows ("audit checkpoint `{...}`"), pasted into a file with blank
+    lines between, is a checkpoint file verify reads; a rewritten tail still shows."""
+    engine = db.connect(sqlite_url)
+    fill(engine, 3)
+    seq, digest = checkpoints.head(engine)
+    pasted = tmp_path / "from-slack.txt"
+    line = checkpoints.as_line(checkpoints.Checkpoint(seq, digest, "2026-12-02T01:00:00Z"))
+    pasted.write_text(f"audit checkpoint `{line}`\n\n")
+    assert checkpoints.check(engine, pasted) == (1, [])
+    rewrite_from(engine, 2)
+    count, problems = checkpoints.check(engine, pasted)
+    assert count == 1 and "written again" in problems[0]
+
+
+def test_chat_checkpoints_need_the_chat() -> None:
+    with pytest.raises(ValueError, match="audit.checkpoint_chat posts to the Slack channel"):
+        Config(audit={"checkpoint_chat": True})
