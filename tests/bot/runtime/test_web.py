@@ -72,12 +72,14 @@ class Servers:
         self.gates.append(Gate())
         return self.gates[-1]
 
-    def start(self, routes: Mapping[str, Route] | None = None, **server: Any) -> HttpServer:
-        """A server of ``application(bot, routes)`` set up as ``runbook serve`` sets it up
-        from its configuration (``server``: ServerConfig fields; a 1 s grace by default)."""
+    def start(self, routes: Mapping[str, Route] | None = None,
+              mounts: Mapping[str, Any] | None = None, **server: Any) -> HttpServer:
+        """A server of ``application(bot, routes, mounts=mounts)`` set up as ``runbook
+        serve`` sets it up from its configuration (``server``: ServerConfig fields; a 1 s
+        grace by default)."""
         bot = self.make_bot({}, server={"shutdown_grace_seconds": 1, **server})
-        started = HttpServer(application(bot, routes, alerts_token=TOKEN), "127.0.0.1", 0,
-                             http_settings(bot.config.server))
+        started = HttpServer(application(bot, routes, alerts_token=TOKEN, mounts=mounts),
+                             "127.0.0.1", 0, http_settings(bot.config.server))
         started.start()
         self.started.append(started)
         return started
@@ -292,6 +294,40 @@ def test_beyond_max_requests_a_post_gets_503_with_retry_after_but_healthz_answer
         assert read_answer(second).status == 200
     assert call(port, "POST", "/slow", b"{}").status == 200
     assert gate.calls == 3
+
+
+def mounted(gate: Gate) -> Any:
+    """A mounted application (like the console at /ui) whose answers wait on ``gate``."""
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import Response as Answered
+    from starlette.routing import Route as Path
+
+    async def page(request: Request) -> Answered:
+        answer = await run_in_threadpool(gate.route, {}, b"")
+        return Answered(answer.body, answer.status, media_type="application/json")
+
+    return Starlette(routes=[Path("/page", page)])
+
+
+def test_a_mounted_application_takes_places_like_the_routes_and_is_timed_under_its_prefix(
+        servers: Servers) -> None:
+    gate = servers.gate()
+    port = servers.start(mounts={"/ui": mounted(gate)}, max_requests_in_flight=1).port
+    with raw(port) as held:
+        held.sendall(b"GET /ui/page HTTP/1.1\r\nHost: x\r\n\r\n")
+        gate.wait_entered()
+        assert call(port, "POST", "/alerts", b"{}").status == 503  # the page holds the place
+        assert call(port, "GET", "/ui/page").status == 503
+        assert call(port, "GET", "/healthz").status == 200
+        gate.opened.set()
+        assert read_answer(held).status == 200
+    assert call(port, "GET", "/ui/nothing-here").status == 404
+    assert eventually(lambda: ("GET", "/ui", "404") in durations(port))
+    counts = durations(port)
+    assert counts[("GET", "/ui", "200")] == 1.0 and counts[("GET", "/ui", "503")] == 1.0
+    assert not [key for key in counts if key[1].startswith("/ui/")]
 
 
 def test_clients_sending_bodies_slowly_never_take_the_places_of_answers(
