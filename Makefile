@@ -8,8 +8,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LAB := deploy/lab/lab
-# PostgreSQL for the store's tests; the lab installs its own packages (Slurm, MariaDB...).
-DEBIAN_PACKAGES := postgresql
+# PostgreSQL for the store's tests, rsyslog (and its TLS driver) for the audit shipping's,
+# Chromium for the console's browser tests (driven by Playwright, never its own browsers);
+# the lab installs its own packages (Slurm, MariaDB...).
+DEBIAN_PACKAGES := postgresql rsyslog rsyslog-openssl chromium
 
 .PHONY: demo test lint unit bench deps venv lab-up lab-down clean image
 
@@ -57,6 +59,7 @@ bench: venv
 	$(BIN)/python bench/slurm_batch.py
 	$(BIN)/python bench/alert_webhook.py
 	$(BIN)/python bench/k8s_drain.py
+	$(BIN)/python bench/console.py
 	$(LAB) up && eval "$$($(LAB) env)" && $(BIN)/python bench/node_view.py && $(BIN)/python bench/slack_ack.py && $(BIN)/python bench/slowloris.py && $(BIN)/python bench/cancel_to_undone.py
 	$(LAB) up && eval "$$($(LAB) env)" && $(BIN)/python bench/failover.py
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import ipaddress
 import os
 import pwd
+import re
 import sys
 from collections.abc import Collection
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -33,8 +34,10 @@ from adapters.etcd.config import EtcdConfig
 from adapters.host import HostCommand
 from adapters.kubernetes.config import KubernetesConfig
 from adapters.mariadb import MariaDBConfig
+from adapters.otlp.config import OtlpConfig
 from adapters.prometheus.config import PrometheusConfig
 from adapters.slurm.config import SlurmConfig
+from adapters.syslog.config import SyslogConfig
 from kit.durations import parse_duration
 
 
@@ -279,9 +282,30 @@ def default_host_commands() -> dict[str, HostCommand]:
     }
 
 
+class ShipConfig(BaseModel):
+    """Where the leader of ``runbook serve`` streams the audit log as it is written
+    (bot.runtime.shipping): a syslog receiver, an OTLP collector or both, each from its own
+    cursor, in batches of at most ``batch`` events; after a failure it waits
+    ``retry_seconds``, doubled at each failure up to ``max_retry_seconds``."""
+
+    model_config = ConfigDict(extra="forbid")
+    syslog: SyslogConfig | None = None
+    otlp: OtlpConfig | None = None
+    batch: int = Field(default=200, ge=1, le=10_000)
+    interval_seconds: float = Field(default=1.0, gt=0, le=300)  # new events looked for
+    retry_seconds: float = Field(default=1.0, gt=0, le=300)
+    max_retry_seconds: float = Field(default=30.0, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _retries_grow(self) -> ShipConfig:
+        if self.max_retry_seconds < self.retry_seconds:
+            raise ValueError("max_retry_seconds must be at least retry_seconds")
+        return self
+
+
 class AuditConfig(BaseModel):
     """Checkpoints of the audit log (bot.store.checkpoints): its head appended to a file kept
-    apart from the database, so that a cut or rewritten tail shows."""
+    apart from the database, so that a cut or rewritten tail shows; and its shipping."""
 
     model_config = ConfigDict(extra="forbid")
     checkpoint_file: Path | None = None  # relative to this file; none: no checkpoints
@@ -289,6 +313,7 @@ class AuditConfig(BaseModel):
     # also post each new checkpoint to the Slack channel (slack.channel), a second place
     # outside the database that an administrator of the database cannot edit
     checkpoint_chat: bool = False
+    ship: ShipConfig = Field(default_factory=ShipConfig)  # to syslog and OTLP receivers
 
 
 class ProxyIdentity(BaseModel):
@@ -312,6 +337,10 @@ class ProxyIdentity(BaseModel):
         return value
 
 
+_SCRYPT_HASH = re.compile(r"scrypt\$[1-9]\d{0,9}\$[1-9]\d{0,4}\$[1-9]\d{0,4}"
+                          r"\$[A-Za-z0-9+/]{16,}={0,2}\$[A-Za-z0-9+/]{16,}={0,2}")
+
+
 class ConsoleConfig(BaseModel):
     """The read-only web console at /ui of ``runbook serve`` (bot.surfaces.console). With
     neither ``proxy`` nor ``basic`` it refuses everybody."""
@@ -330,6 +359,9 @@ class ConsoleConfig(BaseModel):
             if not hashed.startswith("scrypt$"):
                 raise ValueError(f"{name}: a password must be the hash `runbook console "
                                  "hash-password` prints, never the password itself")
+            if not _SCRYPT_HASH.fullmatch(hashed):  # cut short or edited: nobody could sign in
+                raise ValueError(f"{name}: not a whole hash as `runbook console hash-password` "
+                                 "prints it (scrypt$N$r$p$salt$digest)")
         return value
 
     @field_validator("auditors")
@@ -435,8 +467,13 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         raw["runbook_paths"] = [str(base / p) for p in raw["runbook_paths"]]
     for section, keys in (("slack", ("bot_token_file", "signing_secret_file", "app_token_file")),
                           ("server", ("alerts_token_file", "tls_cert_file", "tls_key_file")),
-                          ("audit", ("checkpoint_file",))):
-        found = raw.get(section)
+                          ("audit", ("checkpoint_file",)),
+                          ("audit.ship.syslog", ("ca_file", "cert_file", "key_file")),
+                          ("audit.ship.otlp", ("headers_file", "ca_file", "cert_file",
+                                               "key_file"))):
+        found: Any = raw
+        for part in section.split("."):  # a section inside another: audit.ship.syslog
+            found = found.get(part) if isinstance(found, dict) else None
         if isinstance(found, dict):
             for key in keys:
                 if isinstance(found.get(key), str):

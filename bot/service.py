@@ -274,7 +274,8 @@ class Service:
                         now: float, deadline: float | None, lock_until: float,
                         extras: _Extras) -> int:
         with self.db.begin() as conn:
-            execution_id = executions.create(conn, plan, user, loaded.runbook.resume, deadline)
+            execution_id = executions.create(conn, plan, user, loaded.runbook.resume, deadline,
+                                             source)
             token = locking.acquire(conn, plan.locks, execution_id, user, lock_until, now,
                                     window_id=extras.window_id)
             executions.set_fields(conn, execution_id, fencing_token=token)

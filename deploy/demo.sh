@@ -7,7 +7,9 @@
 #     maintenance window (reservation, cordon, silence, a runbook inside) opened and
 #     closed, the node view, an XID alert becoming a swap-gpu proposal, and a drain asked
 #     with /runbook and approved with the button in Slack (the lab's fake of Slack's Web API,
-#     signed requests to runbook serve). Identities are the lab's users (--as, Slack IDs);
+#     signed requests to runbook serve), the audit log streamed by serve to the lab's rsyslogd
+#     and OTLP receiver, the console at /ui (HTTP basic, a lab-only password). Identities
+#     are the lab's users (--as, Slack IDs);
 #  3. it ends in `runbook chat` (interactive at a terminal, a short script otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -126,6 +128,46 @@ for _ in $(seq 1 120); do
 done
 sleep 1.5  # the final summary reaches the thread
 deploy/lab/lab slack messages
+
+step "the audit log, streamed by serve's leader to the lab's rsyslogd and OTLP receiver"
+last=$("$runbook" audit export | tail -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["seq"])')
+for _ in $(seq 1 50); do  # shipped within a second or so of being written
+  grep -q "seq=\"$last\"" "$LAB_SYSLOG_RECEIVED" 2>/dev/null &&
+    grep -q "\"audit.seq\": $last}" "$LAB_OTLP_RECEIVED" 2>/dev/null && break
+  sleep 0.2
+done
+echo "syslog (RFC 5424 over TCP): $(grep -c . "$LAB_SYSLOG_RECEIVED" || true) messages in $LAB_SYSLOG_RECEIVED, the last:"
+tail -n 1 "$LAB_SYSLOG_RECEIVED" 2>/dev/null | cut -c1-300 || true
+echo "OTLP/HTTP: $(grep -c . "$LAB_OTLP_RECEIVED" || true) log records in $LAB_OTLP_RECEIVED (last event: $last)"
+
+step "the console: runbook serve's read-only web pages at /ui"
+console_url=$(.venv/bin/python -c 'import os, yaml
+server = yaml.safe_load(open(os.environ["RUNBOOK_CONFIG"]))["server"]
+print("http://%s:%s/ui/" % (server["host"], server["port"]))')
+echo "open $console_url while serve runs; the lab's sign-in (lab-only password):"
+echo "  carol / lab-console-password (auditor: everything), alice / lab-console-password"
+.venv/bin/python - "$console_url" <<'PY'
+import base64, sys, urllib.error, urllib.request
+url = sys.argv[1]
+def get(path, user=None):
+    request = urllib.request.Request(url + path)
+    if user:
+        token = base64.b64encode(f"{user}:lab-console-password".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as refused:
+        with refused:
+            return refused.code, ""
+print(f"GET {url}executions without signing in: {get('executions')[0]}")
+status, page = get("executions", "carol")
+print(f"GET {url}executions as carol: {status}, {len(page)} bytes of HTML")
+status, table = get("executions.csv?runbook=drain-node", "carol")
+print(f"GET {url}executions.csv?runbook=drain-node as carol: {status}")
+for line in table.splitlines()[:4]:
+    print("  " + ",".join(line.split(",")[:7]))
+PY
 kill $serve_pid 2>/dev/null || true
 run_approved alice carol resume-node node=gpu04 >/dev/null
 

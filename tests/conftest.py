@@ -21,7 +21,8 @@ from bot.store import db
 from tests import postgres
 from tests.bot.fakes import test_actions
 
-pytest_plugins = ["tests.lab.fixture"]
+# the lab; the audit log's receivers that shipping tests start themselves
+pytest_plugins = ["tests.lab.fixture", "tests.adapters.receivers"]
 
 NODES = ["gpu01", "gpu02", "gpu03", "gpu04"]
 LAB_USERS = {

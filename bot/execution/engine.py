@@ -517,6 +517,8 @@ class Engine:
                     "expect": check.expect, "value": outcome.value, "passed": outcome.passed,
                     "detail": outcome.detail,
                 }, ex.id)
+                if not outcome.passed:
+                    executions.count_failed_check(conn, ex.id)
             verdict = "passed" if outcome.passed else "FAILED"
             self.report(ex.id, f"{label} {check.name}: {verdict} ({outcome.detail})")
             if not outcome.passed:

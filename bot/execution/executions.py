@@ -18,7 +18,7 @@ from bot.execution import locking
 from bot.execution.planning import Plan, plan_from_json
 from bot.store import audit, words
 from bot.store.db import now_iso
-from bot.store.schema import approvals, executions, step_states
+from bot.store.schema import approvals, execution_nodes, executions, step_states
 from bot.store.words import Kind, State
 from kit.canonical import canonical
 
@@ -62,6 +62,9 @@ class Execution:
     finished_at: str | None
     row_version: int = 0
     epoch: int = 0
+    source: str | None = None  # who asked through what: cli, chat, alert, schedule, window
+    break_glass: bool = False
+    checks_failed: int = 0  # checks that failed (the console's filter; the log has each)
 
     @property
     def terminal(self) -> bool:
@@ -95,7 +98,9 @@ def find(conn: Connection, *, states: frozenset[str] | None = None,
     return [_from_row(row) for row in conn.execute(query)]
 
 
-def create(conn: Connection, plan: Plan, user: str, resume: str, deadline: float | None) -> int:
+def create(conn: Connection, plan: Plan, user: str, resume: str, deadline: float | None,
+           source: str = "cli") -> int:
+    """The row of a new request, and the nodes its plan locks (``execution_nodes``)."""
     state = State.AWAITING_APPROVAL if plan.approval.required > 0 else State.APPROVED
     result = conn.execute(
         executions.insert().values(
@@ -104,11 +109,24 @@ def create(conn: Connection, plan: Plan, user: str, resume: str, deadline: float
             state=state, stage="approval", plan=plan.to_json(), plan_hash=plan.hash,
             approvals_required=plan.approval.required, approval_deadline=deadline,
             resume=resume, cancel_requested=False, resume_requested=False, fencing_token=0,
+            source=source[:16], break_glass=plan.break_glass, checks_failed=0,
         )
     )
     key = result.inserted_primary_key
     assert key is not None
-    return int(key[0])
+    execution_id = int(key[0])
+    nodes = sorted({lock.removeprefix("node:") for lock in plan.locks
+                    if lock.startswith("node:")})
+    if nodes:
+        conn.execute(execution_nodes.insert(),
+                     [{"node": node, "execution_id": execution_id} for node in nodes])
+    return execution_id
+
+
+def count_failed_check(conn: Connection, execution_id: int) -> None:
+    """One more failed check, in the transaction of its ``check_evaluated`` event."""
+    conn.execute(update(executions).where(executions.c.id == execution_id)
+                 .values(checks_failed=executions.c.checks_failed + 1))
 
 
 def set_fields(conn: Connection, execution_id: int, **fields: Any) -> None:

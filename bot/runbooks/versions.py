@@ -70,15 +70,28 @@ def listing(conn: Connection, name: str) -> list[Version]:
     return [Version(**dict(row._mapping)) for row in rows]
 
 
-def diff(conn: Connection, name: str, old: str, new: str) -> str:
+def pair(conn: Connection, name: str, old: str, new: str) -> tuple[Version, Version]:
+    """The two recorded versions to compare; KeyError saying which was never seen."""
     known = {v.version: v for v in listing(conn, name)}
     for wanted in (old, new):
         if wanted not in known:
             seen = ", ".join(known) or "none"
             raise KeyError(f"{name} {wanted} has never been seen (known versions: {seen})")
+    return known[old], known[new]
+
+
+def before(conn: Connection, name: str, version: str) -> Version | None:
+    """The version first seen just before ``version`` (None: it is the first, or unknown)."""
+    found = listing(conn, name)
+    place = next((i for i, v in enumerate(found) if v.version == version), None)
+    return found[place - 1] if place else None
+
+
+def diff(conn: Connection, name: str, old: str, new: str) -> str:
+    first, second = pair(conn, name, old, new)
     lines = difflib.unified_diff(
-        known[old].source.splitlines(keepends=True),
-        known[new].source.splitlines(keepends=True),
+        first.source.splitlines(keepends=True),
+        second.source.splitlines(keepends=True),
         fromfile=f"{name} {old}", tofile=f"{name} {new}",
     )
     return "".join(lines)

@@ -12,7 +12,9 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from sqlalchemy import func, select
 
+from bot.runtime.shipping import destination_names
 from bot.service import Service
+from bot.store import shipping
 from bot.store.schema import audit_events, executions, proposals, step_states
 from bot.store.words import Kind
 
@@ -49,6 +51,7 @@ class BotCollector:
         yield GaugeMetricFamily("runbook_open_proposals", "Alert proposals waiting for a person",
                                 value=open_proposals)
         yield self._step_durations()
+        yield from self._shipping()
 
     def _step_durations(self) -> Any:
         with self._bot.db.connect() as conn:
@@ -66,6 +69,33 @@ class BotCollector:
                                   zip(STEP_BUCKETS, counts, strict=True)]
                              + [("+Inf", len(durations))], sum_value=sum(durations))
         return histogram
+
+
+    def _shipping(self) -> Iterator[Any]:
+        """Per configured destination of the audit log (bot.runtime.shipping): the last
+        event it accepted, how many of the log's events it lacks, and how many it lost."""
+        names = destination_names(self._bot.config.audit.ship)
+        if not names:
+            return
+        cursors = {c.destination: c for c in shipping.all_cursors(self._bot.db)}
+        head, _ = shipping.head(self._bot.db)
+        shipped = GaugeMetricFamily("runbook_audit_shipped_seq", "The last audit event the "
+                                    "destination accepted", labels=["destination"])
+        lag = GaugeMetricFamily("runbook_audit_ship_lag_events", "Audit events written but "
+                                "not yet accepted by the destination", labels=["destination"])
+        skipped = CounterMetricFamily("runbook_audit_ship_skipped_events", "Audit events gone "
+                                      "(archived) before they were shipped",
+                                      labels=["destination"])
+        rejected = CounterMetricFamily("runbook_audit_ship_rejected_records", "Records the "
+                                       "destination took but said it dropped",
+                                       labels=["destination"])
+        for name in names:
+            found = cursors.get(name) or shipping.Cursor(name, 0, "", 0, 0)
+            shipped.add_metric([name], found.seq)
+            lag.add_metric([name], max(head - found.seq, 0))
+            skipped.add_metric([name], found.skipped)
+            rejected.add_metric([name], found.rejected)
+        yield from (shipped, lag, skipped, rejected)
 
 
 # a Slack acknowledgement must leave within 3 s; /alerts waits for planning

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from sqlalchemy import Connection, Engine, select, text
+from sqlalchemy import Connection, Engine, Select, select, text
 
 from bot.store.db import now_iso
 from bot.store.schema import audit_archives, audit_events
@@ -22,6 +24,8 @@ from kit.canonical import canonical
 
 GENESIS = "0" * 64
 _PG_AUDIT_LOCK = 0x6770_7562  # advisory lock key: serialises appends on PostgreSQL
+STREAM_BATCH = 1000  # events read from the database at a time by ``events``
+EXPORT_FIELDS = ["seq", "ts", "execution_id", "kind", "actor", "data", "prev_hash", "hash"]
 def event_hash(
     ts: str, execution_id: int | None, kind: str, actor: str, data_json: str, prev_hash: str
 ) -> str:
@@ -144,18 +148,35 @@ def events(
     since: str | None = None,
     until: str | None = None,
     execution_id: int | None = None,
+    executions_of: Select[Any] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    query = select(audit_events).order_by(audit_events.c.seq)
+    """Events in chain order, read as they are used (a server-side cursor on PostgreSQL), so
+    that exporting millions of them holds one batch in memory. ``executions_of``: only the
+    events of the executions this query of execution IDs selects."""
+    columns = [audit_events.c[name] for name in EXPORT_FIELDS]
+    query = select(*columns).order_by(audit_events.c.seq)
     if since:
         query = query.where(audit_events.c.ts >= since)
     if until:
         query = query.where(audit_events.c.ts < until)
     if execution_id is not None:
         query = query.where(audit_events.c.execution_id == execution_id)
-    for row in conn.execute(query):
-        item = dict(row._mapping)
-        item["data"] = json.loads(item["data"])
-        yield item
+    if executions_of is not None:
+        query = query.where(audit_events.c.execution_id.in_(executions_of))
+    streamed = query.execution_options(stream_results=True, yield_per=STREAM_BATCH)
+    for seq, ts, execution_id, kind, actor, data, prev_hash, hash_ in conn.execute(streamed):
+        yield {"seq": seq, "ts": ts, "execution_id": execution_id, "kind": kind,
+               "actor": actor, "data": json.loads(data), "prev_hash": prev_hash,
+               "hash": hash_}  # unpacked tuples: cheaper than row mappings, per event
+
+
+def moment(value: str) -> str:
+    """An ISO date or time as the log stores times (UTC, ``2026-11-30T10:00:00.000000Z``);
+    a time without a zone is UTC. ValueError when ``value`` is not one."""
+    found = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    if found.tzinfo is not None:
+        found = found.astimezone(UTC)
+    return found.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def previous_driver_version(conn: Connection) -> str | None:
@@ -176,17 +197,32 @@ def previous_driver_version(conn: Connection) -> str | None:
 def export(rows: Iterator[dict[str, Any]], out: TextIO, fmt: str) -> int:
     """Write events as JSON lines or CSV; returns how many."""
     count = 0
-    if fmt == "jsonl":
-        for row in rows:
-            out.write(canonical(row) + "\n")
-            count += 1
-        return count
-    fields = ["seq", "ts", "execution_id", "kind", "actor", "data", "prev_hash", "hash"]
-    writer = csv.DictWriter(out, fieldnames=fields)
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({**row, "data": canonical(row["data"])})
-        count += 1
+    for piece, counted in lines(rows, fmt):
+        out.write(piece)
+        count += counted
     return count
+
+
+def lines(rows: Iterator[dict[str, Any]], fmt: str) -> Iterator[tuple[str, int]]:
+    """The export's text in pieces of about 64 KiB, each with how many events it holds: the
+    one format of ``runbook audit export`` and the console's downloads."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=EXPORT_FIELDS) if fmt == "csv" else None
+    if writer is not None:
+        writer.writeheader()
+    count = 0
+    for row in rows:
+        if writer is None:
+            buffer.write(canonical(row) + "\n")
+        else:
+            writer.writerow({**row, "data": canonical(row["data"])})
+        count += 1
+        if buffer.tell() >= 65536:
+            yield buffer.getvalue(), count
+            buffer.seek(0)
+            buffer.truncate()
+            count = 0
+    if buffer.tell() or count:
+        yield buffer.getvalue(), count
 
 

@@ -13,9 +13,13 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0010"
 MIGRATIONS = Path(__file__).parent / "migrations"
 _PG_MIGRATE_LOCK = 0x6772_6D67  # advisory lock key: one replica migrates at a time
+READ_ONLY_OPTION = "bot_read_only"
+# conn.execution_options(**READ_ONLY) before its first statement: a connection that only
+# reads (SQLite begins it deferred; PostgreSQL reads without locks anyway)
+READ_ONLY = {READ_ONLY_OPTION: True}
 
 
 class DatabaseError(Exception):
@@ -62,7 +66,10 @@ def _sqlite_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # a connection that only reads (READ_ONLY) takes a snapshot and no writer lock, so
+        # that a long read (a streamed export) never holds the engine's writes back
+        read_only = conn.get_execution_options().get(READ_ONLY_OPTION)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
 

@@ -5,6 +5,8 @@ Changing a table means a new Alembic revision in ``migrations/versions``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     Boolean,
     Column,
@@ -18,9 +20,19 @@ from sqlalchemy import (
     Table,
     Text,
     Unicode,
+    false,
+    func,
+    literal_column,
 )
+from sqlalchemy.sql.elements import ColumnElement
 
 metadata = MetaData()
+UNFINISHED = "9999-12-31T23:59:59.999999Z"  # an unfinished execution's finished-time sort key
+# The console's finished-time sort, with a literal (not a bound parameter) so that queries
+# match ix_executions_finished. SQLite cannot reflect that expression index: a migration that
+# recreates executions there (batch mode) must create the index again.
+FINISHED_SORT: ColumnElement[Any] = func.coalesce(literal_column("finished_at"),
+                                                  literal_column(f"'{UNFINISHED}'"))
 
 runbook_versions = Table(
     "runbook_versions",
@@ -60,7 +72,27 @@ executions = Table(
     Column("row_version", Integer, nullable=False, default=0),
     # bumped by every claim: an engine writes only while the epoch is still its own
     Column("epoch", Integer, nullable=False, default=0),
-    Index("ix_executions_state", "state"),
+    # revision 0010, for the console's filters (also in the audit log: these make them fast)
+    Column("source", String(16), nullable=True),  # cli, chat, alert, schedule, window
+    Column("break_glass", Boolean, nullable=False, default=False, server_default=false()),
+    Column("checks_failed", Integer, nullable=False, default=0, server_default="0"),
+    # keyset paging of the console: (sort value, id) for each sort, which also serve the
+    # filters on these columns (revision 0010); unfinished executions sort as the latest
+    Index("ix_executions_state", "state", "id"),
+    Index("ix_executions_requested", "requested_at", "id"),
+    Index("ix_executions_finished", FINISHED_SORT, "id"),
+    Index("ix_executions_runbook", "runbook", "id"),
+    Index("ix_executions_requested_by", "requested_by", "id"),
+)
+
+# The nodes each execution's plan locks (its node:NAME locks, hostlists expanded): which
+# executions touched a node (revision 0010).
+execution_nodes = Table(
+    "execution_nodes",
+    metadata,
+    Column("node", String(200), primary_key=True),
+    Column("execution_id", Integer, ForeignKey("executions.id"), primary_key=True),
+    Index("ix_execution_nodes_execution", "execution_id"),
 )
 
 step_states = Table(
@@ -91,6 +123,7 @@ approvals = Table(
     Index("ix_approvals_execution", "execution_id"),
     # one decision per approver and plan: a double click or a race cannot count twice
     Index("ux_approvals_decision", "execution_id", "user", "plan_hash", unique=True),
+    Index("ix_approvals_user", "user", "execution_id"),  # the console's approver filter
 )
 
 locks = Table(
@@ -139,6 +172,19 @@ audit_archives = Table(
     Column("sha256", String(64), nullable=False),  # of the archive file
     Column("created_at", String(32), nullable=False),
     Column("created_by", String(128), nullable=False),
+)
+
+# How far each destination of the audit log (a syslog receiver, an OTLP collector) has
+# accepted it (bot.store.shipping): the shipper sends what follows ``seq`` (revision 0009).
+audit_cursors = Table(
+    "audit_cursors",
+    metadata,
+    Column("destination", String(255), primary_key=True),  # its address (syslog://h:p, URL)
+    Column("seq", Integer, nullable=False),  # the last event it accepted (0: none yet)
+    Column("hash", String(64), nullable=False),  # that event's hash ("" for none)
+    Column("updated_at", String(32), nullable=False),
+    Column("skipped", Integer, nullable=False),  # events gone before they were shipped
+    Column("rejected", Integer, nullable=False),  # records it took but said it dropped
 )
 
 confirmations = Table(

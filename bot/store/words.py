@@ -89,8 +89,9 @@ class Kind(enum.StrEnum):
     PROPOSAL_DISMISSED = "proposal_dismissed"
     ALERT_RESOLVED = "alert_resolved"
     ALERT_REFIRED = "alert_refired"
-    # the audit log itself (bot.store.archive)
+    # the audit log itself (bot.store.archive; the console's "Verify now")
     AUDIT_ARCHIVED = "audit_archived"
+    CHAIN_VERIFIED = "chain_verified"
     # schedules (bot.schedule.scheduling, bot.schedule.scheduler)
     SCHEDULE_ADDED = "schedule_added"
     SCHEDULE_CHANGED = "schedule_changed"

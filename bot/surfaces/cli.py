@@ -413,7 +413,7 @@ def _history_row(ex: Any) -> dict[str, Any]:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from bot.store import audit
-    from bot.store.db import connect
+    from bot.store.db import READ_ONLY, connect
 
     config = _config(args)
     engine = connect(config.resolved_database_url())
@@ -434,6 +434,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         return _verify_checkpoints(engine, _checkpoint_file(config, args.checkpoints))
     since, until = _iso(args.since), _iso(args.until)
     with engine.connect() as conn:
+        conn.execution_options(**READ_ONLY)  # a long export holds no writer back (SQLite)
         rows = audit.events(conn, since=since, until=until)
         if args.output:
             with open(args.output, "w", newline="") as out:
@@ -515,18 +516,15 @@ def _verify_checkpoints(engine: Any, path: Path) -> int:
 
 
 def _iso(value: str | None) -> str | None:
-    from datetime import UTC, datetime
+    from bot.store.audit import moment
 
     if value is None:
         return None
     try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return moment(value)  # the console's time filters read times the same way
     except ValueError:
         raise UsageError(f'"{value}" is not an ISO date or time (like 2026-11-30 or '
                          "2026-11-30T10:00:00Z)") from None
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def cmd_versions(args: argparse.Namespace) -> int:
@@ -597,6 +595,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # schedules and windows: fired by the leader only, like the engine runs executions
     tasks.append(scheduler_task(bot, lambda line: print(f"[scheduler] {line}", flush=True)))
     tasks += _audit_tasks(bot, slack)
+    tasks += _ship_tasks(bot)  # the audit log to syslog and OTLP receivers, by the leader
     report = _report
     if slack is not None:
         surface = slack
@@ -634,6 +633,15 @@ def _audit_tasks(bot: Service, slack: Any) -> list[Any]:
         return []
     return [checkpoint_task(bot, audit_config.checkpoint_file,
                             lambda line: print(f"[audit] {line}", flush=True), post)]
+
+
+def _ship_tasks(bot: Service) -> list[Any]:
+    from bot.runtime.shipping import ShippingSetupError, ship_tasks
+
+    try:  # a certificate or headers file that cannot be used stops the start, saying which
+        return list(ship_tasks(bot, lambda line: print(f"[audit-ship] {line}", flush=True)))
+    except ShippingSetupError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_console(args: argparse.Namespace) -> int:

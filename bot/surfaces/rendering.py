@@ -103,12 +103,13 @@ def status_text(ex: Execution, approvers: list[str]) -> str:
 
 def timeline_text(events: Iterable[dict[str, Any]]) -> str:
     return "\n".join(
-        f"{e['ts']}  #{e['seq']:<6} {e['kind']:<22} {e['actor']:<10} {_event_detail(e)}"
+        f"{e['ts']}  #{e['seq']:<6} {e['kind']:<22} {e['actor']:<10} {event_detail(e)}"
         for e in events
     )
 
 
-def _event_detail(event: dict[str, Any]) -> str:
+def event_detail(event: dict[str, Any]) -> str:
+    """One line on what an audit event says, for a timeline."""
     data = event["data"]
     kind = event["kind"]
     if kind in (Kind.STEP_STARTED, Kind.UNDO_STARTED) and "operations" in data:

@@ -4,6 +4,7 @@ Jinja2 (autoescaped) under headers that keep it read-only and unframed."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from starlette.staticfiles import StaticFiles
 from bot.runtime.web import header_map
 from bot.service import Service
 from bot.surfaces.console.identity import REALM, Identities, NotAllowed, Viewer
+from bot.surfaces.console.scope import shown
 
 HERE = Path(__file__).parent
 PREFIX = "/ui"
@@ -30,7 +32,9 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
                                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with the
+    # console's own forms, which _same_origin must refuse; other sites still get no referrer
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",  # pages hold audit data: never kept by a browser or proxy
     "X-Frame-Options": "DENY",
 }
@@ -72,6 +76,7 @@ class Console:
                                      autoescape=True, undefined=StrictUndefined,
                                      trim_blocks=True, lstrip_blocks=True)
         self.templates.filters["when"] = when
+        self.templates.filters["shown"] = shown  # masked: no secret reaches a page
         self.templates.globals["prefix"] = PREFIX
 
     def render(self, template: str, viewer: Viewer | None, status: int = 200,
@@ -89,8 +94,9 @@ class Console:
         async def endpoint(request: Request) -> Response:
             headers = header_map(request.headers.raw)
             try:
-                viewer = self.identities.who(headers, request.client.host
-                                             if request.client else None)
+                viewer = await run_in_threadpool(  # scrypt is slow: not on the event loop
+                    self.identities.who, headers, request.client.host if request.client
+                    else None)
             except NotAllowed as exc:
                 challenge = {"WWW-Authenticate": REALM} if (
                     exc.status == 401 and self.bot.config.console.basic) else {}
@@ -105,12 +111,18 @@ class Console:
         return endpoint
 
     def _answer(self, handler: Handler, ask: Ask) -> Response:
+        started = time.perf_counter()
         try:
-            return handler(ask)
+            answer = handler(ask)
         except BadRequest as exc:
-            return self.error(400, str(exc), ask.viewer)
+            answer = self.error(400, str(exc), ask.viewer)
         except NotFound as exc:
-            return self.error(404, str(exc), ask.viewer)
+            answer = self.error(404, str(exc), ask.viewer)
+        # the handler's own time (queries and rendering; a download's first piece is not in
+        # it): for the browser's developer tools and bench/console.py
+        answer.headers["Server-Timing"] = (
+            f"handler;dur={(time.perf_counter() - started) * 1000:.1f}")
+        return answer
 
     def app(self) -> Starlette:
         routes: list[Any] = [Route(path, self.endpoint(handler), methods=list(methods))

@@ -69,6 +69,9 @@ class Identities:
         return _checked(value)
 
     def _from_basic(self, headers: Mapping[str, str]) -> str:
+        if not self.console.basic and self.console.proxy is not None:
+            raise NotAllowed(401, "sign in through the site's proxy: a name is believed only "
+                                  "from its addresses")
         if not self.console.basic:
             raise NotAllowed(401, "the console has no identity set up: configure "
                                   "console.proxy or console.basic")

@@ -1,98 +1,192 @@
-"""The executions the console lists: a filter read from the page's URL, and one page of
-matching executions in a stable order, continued by an opaque cursor."""
+"""The executions the console lists: the SQL of a filter (bot.surfaces.console.filters) within
+the viewer's scope, one page of it in the chosen sort continued by a keyset cursor (the
+last row's sort value and id, so a page never skips or repeats a row as rows are added),
+and what the table shows beside each row: the nodes (a hostlist) and the approvers."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import ColumnElement, Select, bindparam, false, literal, select, true, tuple_
 from sqlalchemy.engine import Connection
 
-from bot.store.schema import executions
-from bot.store.words import State
+from adapters.slurm import hostlist
+from bot.config import Config
+from bot.store.schema import (
+    FINISHED_SORT,
+    UNFINISHED,
+    approvals,
+    execution_nodes,
+    executions,
+    runbook_versions,
+)
+from bot.surfaces.console import scope
 from bot.surfaces.console.app import BadRequest
+from bot.surfaces.console.filters import Filter, Sort
+from bot.surfaces.console.identity import Viewer
 
-FIELDS = ("runbook", "version", "requester", "state", "since", "until")
-
-
-@dataclass(frozen=True)
-class Filter:
-    """What the viewer asked for; empty means any. Built by ``parse`` only."""
-
-    values: Mapping[str, str]
-
-    def get(self, name: str) -> str:
-        return self.values.get(name, "")
-
-    def query_string(self, **changes: str) -> str:
-        from urllib.parse import urlencode
-
-        merged = {**self.values, **changes}
-        return urlencode({k: v for k, v in merged.items() if v})
+c = executions.c
+COLUMNS = (c.id, c.runbook, c.version, c.state, c.stage, c.requested_by, c.requested_at,
+           c.finished_at, c.source, c.break_glass, c.checks_failed, c.error)
 
 
-def parse(query: Mapping[str, str]) -> Filter:
-    """The filter from a URL's query; BadRequest names a value the page cannot use."""
-    values = {name: query.get(name, "").strip() for name in FIELDS if query.get(name, "").strip()}
-    for name, value in values.items():
-        if len(value) > 200:
-            raise BadRequest(f"{name}: at most 200 characters")
-    state = values.get("state")
-    if state and state not in {s.value for s in State}:
-        raise BadRequest(f"state {state!r} is not one of: {', '.join(s.value for s in State)}")
-    return Filter(values)
+# Built once: every page runs these, and building a statement costs more than running it.
+RUNBOOK_NAMES = select(runbook_versions.c.name).distinct().order_by(runbook_versions.c.name)
+_NODES = select(execution_nodes.c.execution_id, execution_nodes.c.node).where(
+    execution_nodes.c.execution_id.in_(bindparam("ids", expanding=True)))
+_APPROVERS = select(approvals.c.execution_id, approvals.c.user).where(
+    approvals.c.execution_id.in_(bindparam("ids", expanding=True)),
+    approvals.c.decision == "approve").order_by(approvals.c.id)
+
+
+def runbook_names(conn: Connection) -> list[str]:
+    """Every runbook the bot has recorded a version of."""
+    return list(conn.execute(RUNBOOK_NAMES).scalars())
+
+
+def runbooks_in_scope(conn: Connection, viewer: Viewer, config: Config) -> list[str] | None:
+    """The runbooks whose executions ``viewer`` may see (scope.visible decides, runbook by
+    runbook, among those the bot has recorded); None for every one (an auditor)."""
+    if viewer.auditor:
+        return None
+    return [name for name in runbook_names(conn) if scope.visible(viewer, name, config)]
+
+
+def matching(flt: Filter, allowed: Sequence[str] | None,
+             columns: Iterable[Any] = COLUMNS) -> Select[Any]:
+    """The executions ``flt`` selects among the runbooks ``allowed`` (None: all)."""
+    query = select(*columns)
+    if allowed is not None:
+        query = query.where(scope_clause(allowed))
+    equal = {"runbook": c.runbook, "version": c.version, "requester": c.requested_by,
+             "source": c.source}
+    for name, column in equal.items():
+        if getattr(flt, name):
+            query = query.where(column == getattr(flt, name))
+    if flt.states:
+        query = query.where(c.state.in_(flt.states))
+    if flt.since_at:
+        query = query.where(c.requested_at >= flt.since_at)
+    if flt.until_at:
+        query = query.where(c.requested_at < flt.until_at)
+    if flt.break_glass != "any":
+        query = query.where(c.break_glass == (flt.break_glass == "yes"))
+    if flt.failed_checks != "any":
+        query = query.where(c.checks_failed > 0 if flt.failed_checks == "yes"
+                            else c.checks_failed == 0)
+    if flt.nodes:
+        query = query.where(c.id.in_(select(execution_nodes.c.execution_id)
+                                     .where(execution_nodes.c.node.in_(flt.nodes))))
+    if flt.approver:
+        query = query.where(c.id.in_(select(approvals.c.execution_id).where(
+            approvals.c.user == flt.approver, approvals.c.decision == "approve")))
+    return query
+
+
+def sort_key(sort: Sort) -> ColumnElement[Any]:
+    """The sort's column; for the finished time, an execution still under way sorts after
+    every finished one (it will finish later), the same on every database (NULLs do not),
+    by the expression ix_executions_finished indexes."""
+    return FINISHED_SORT if sort.key == "finished" else c[sort.column]
+
+
+def ordered(query: Select[Any], sort: Sort, reverse: bool = False) -> Select[Any]:
+    """``query`` in the sort's order (``reverse``: backwards), ties broken by id."""
+    key = sort_key(sort)
+    descending = sort.descending != reverse
+    return query.order_by(*((key.desc(), c.id.desc()) if descending else (key, c.id)))
 
 
 @dataclass(frozen=True)
 class Page:
     rows: list[dict[str, Any]]
-    next_cursor: str | None
+    before: str | None  # the cursor of the page before this one, if there is one
+    after: str | None  # the cursor of the page after it
 
 
-def select_filtered(flt: Filter) -> Select[Any]:
-    query = select(executions)
-    c = executions.c
-    if flt.get("runbook"):
-        query = query.where(c.runbook == flt.get("runbook"))
-    if flt.get("version"):
-        query = query.where(c.version == flt.get("version"))
-    if flt.get("requester"):
-        query = query.where(c.requested_by == flt.get("requester"))
-    if flt.get("state"):
-        query = query.where(c.state == flt.get("state"))
-    if flt.get("since"):
-        query = query.where(c.requested_at >= flt.get("since"))
-    if flt.get("until"):
-        query = query.where(c.requested_at < flt.get("until"))
-    return query
-
-
-def page(conn: Connection, flt: Filter, cursor: str | None, size: int) -> Page:
-    query = select_filtered(flt).order_by(executions.c.id.desc()).limit(size + 1)
-    if cursor:
-        query = query.where(executions.c.id < _decode(cursor))
-    rows = [dict(row._mapping) for row in conn.execute(query)]
+def page(conn: Connection, flt: Filter, sort: Sort, allowed: Sequence[str] | None,
+         size: int, *, after: str = "", before: str = "") -> Page:
+    """One page of matching executions: the first, the one after ``after`` or the one
+    before ``before`` (cursors of this sort; BadRequest for another's)."""
+    if after and before:
+        raise BadRequest("give after or before, not both")
+    cursor = _decode(after or before, sort) if (after or before) else None
+    backwards = bool(before)
+    query = ordered(matching(flt, allowed), sort, reverse=backwards)
+    if cursor is not None:
+        position = tuple_(sort_key(sort), c.id)
+        mark = tuple_(literal(cursor[0]), literal(cursor[1]))
+        query = query.where(position < mark if sort.descending != backwards else position > mark)
+    rows = [dict(row._mapping) for row in conn.execute(query.limit(size + 1))]
     more = len(rows) > size
     rows = rows[:size]
-    return Page(rows, _encode(rows[-1]["id"]) if more and rows else None)
+    if backwards:
+        rows.reverse()
+    if not rows:
+        return Page([], None, None)
+    first, last = _encode(sort, rows[0]), _encode(sort, rows[-1])
+    if backwards:
+        return Page(rows, first if more else None, last)
+    return Page(rows, first if cursor is not None else None, last if more else None)
 
 
-def _encode(last_id: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps([last_id]).encode()).decode().rstrip("=")
+def decorate(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row with ``nodes`` (a hostlist, "" for none) and ``approvers`` (in the order
+    they approved), read for the rows given in two queries."""
+    ids = [row["id"] for row in rows]
+    nodes: defaultdict[int, list[str]] = defaultdict(list)
+    approvers: defaultdict[int, list[str]] = defaultdict(list)
+    if ids:
+        for execution_id, node in conn.execute(_NODES, {"ids": ids}):
+            nodes[execution_id].append(node)
+        for execution_id, user in conn.execute(_APPROVERS, {"ids": ids}):
+            if user not in approvers[execution_id]:
+                approvers[execution_id].append(user)
+    return [{**row, "nodes": _hostlist(nodes[row["id"]]),
+             "approvers": approvers[row["id"]]} for row in rows]
 
 
-def _decode(cursor: str) -> int:
+def _hostlist(names: list[str]) -> str:
+    if len(names) < 2:  # most executions touch one node: nothing to compress
+        return names[0] if names else ""
+    try:
+        return hostlist.compress(names)
+    except ValueError:  # a name a hostlist cannot hold: list them as they are
+        return ",".join(sorted(names))
+
+
+def _encode(sort: Sort, row: dict[str, Any]) -> str:
+    value = row[sort.column]
+    if sort.key == "finished" and value is None:
+        value = UNFINISHED
+    raw = json.dumps([sort.key, sort.order, value, row["id"]], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode(cursor: str, sort: Sort) -> tuple[str, int]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        (last_id,) = json.loads(raw)
+        key, order, value, last_id = json.loads(raw)
     except (binascii.Error, ValueError, TypeError):
         raise BadRequest("the page cursor is not one this console made; start again from "
                          "the first page") from None
-    if not isinstance(last_id, int):
-        raise BadRequest("the page cursor is not one this console made")
-    return last_id
+    if not isinstance(value, str) or not isinstance(last_id, int) or isinstance(last_id, bool):
+        raise BadRequest("the page cursor is not one this console made; start again from "
+                         "the first page")
+    if (key, order) != (sort.key, sort.order):
+        raise BadRequest(f"the page cursor belongs to another sort ({key} {order}, not "
+                         f"{sort.key} {sort.order}): start again from the first page")
+    return value, last_id
+
+
+def scope_clause(allowed: Sequence[str] | None) -> ColumnElement[bool]:
+    """The viewer's scope alone, as a condition on executions."""
+    if allowed is None:
+        return true()
+    return c.runbook.in_(allowed) if allowed else false()

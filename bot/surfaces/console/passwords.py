@@ -18,7 +18,10 @@ def hash_password(password: str) -> str:
 
 
 def verify_password(password: str, hashed: str) -> bool:
-    """Whether ``password`` is the one ``hashed`` was made of; a malformed hash is False."""
+    """Whether ``password`` is the one ``hashed`` was made of; a malformed hash is False.
+    A NUL is refused: scrypt's HMAC pads keys with zeros, so "pw" and "pw\\0" would match."""
+    if "\0" in password:
+        return False
     try:
         kind, n, r, p, salt, digest = hashed.split("$")
         if kind != "scrypt":

@@ -15,7 +15,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import daemons as d
-from . import etcd, faults, kube, monitoring, packages, procs, render, slack, slackclient
+from . import (
+    etcd,
+    faults,
+    kube,
+    monitoring,
+    otlp,
+    packages,
+    procs,
+    render,
+    rsyslog,
+    slack,
+    slackclient,
+)
 from .layout import (
     ACCOUNT,
     CLUSTER,
@@ -41,7 +53,7 @@ from .layout import (
 ALL_SLURMD_UP_TO = 16
 SCALE_SLURMD = 4
 # Stop order: clients of a daemon go before the daemon.
-STOP_GROUPS = [["slack"], ["prometheus"], ["alertmanager", "dcgm"],
+STOP_GROUPS = [["slack", "rsyslog", "otlp"], ["prometheus"], ["alertmanager", "dcgm"],
                ["kubeapi"], ["etcd"], ["slurmrestd"], ["slurmd-*"], ["slurmctld"], ["slurmdbd"],
                ["mariadb"], ["munge"]]
 
@@ -59,7 +71,15 @@ def registry(layout: Layout, ports: Ports, nodes: list[str], started: list[str])
         etcd.daemon(layout, ports),
         *monitoring.daemons(layout, ports, nodes),
         slack.daemon(layout, ports),
+        *audit_receivers(layout, ports),
     ]
+
+
+def audit_receivers(layout: Layout, ports: Ports) -> list[d.Daemon]:
+    """rsyslogd and the OTLP receiver; the latter only where a Python with
+    opentelemetry-proto is (the project's venv: `make venv`)."""
+    receiver = otlp.daemon(layout, ports)
+    return [rsyslog.daemon(layout, ports), *([receiver] if receiver else [])]
 
 
 @contextmanager
@@ -177,6 +197,12 @@ def bring_up(layout: Layout, info: Info) -> list[str]:
         slack.fresh_state(layout)  # a new Slack fake starts with an empty workspace
     if d.start(layout, by_name[slack.NAME]):
         started.append(slack.NAME)
+    for name in (rsyslog.NAME, otlp.NAME):
+        if name not in by_name:
+            print(f"lab: {name} not started: no Python with opentelemetry-proto "
+                  f"(run `make venv` or set {otlp.PYTHON_ENV})", file=sys.stderr)
+        elif d.start(layout, by_name[name]):
+            started.append(name)
     return started
 
 
@@ -192,6 +218,8 @@ def finish_info(layout: Layout, info: Info) -> Info:
     info["etcd"] = etcd.info(layout, ports_of(info))
     info["monitoring"] = monitoring.info(layout, ports_of(info), info["nodes"])
     info["slack"] = slack.info(layout, ports_of(info))
+    info["audit_receivers"] = {"syslog": rsyslog.info(layout, ports_of(info)),
+                               "otlp": otlp.info(layout, ports_of(info))}
     info["daemons"] = daemon_table(layout, info)
     info["state"] = "up"
     return info
@@ -304,6 +332,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         sl = info["slack"]
         print(f"  slack api {sl['api_url']}  channel {sl['channel']}  "
               f"bot events {sl['bot_events_url']}")
+    if "audit_receivers" in info:
+        ar = info["audit_receivers"]
+        print(f"  audit log: syslog {ar['syslog']['address']} -> {ar['syslog']['received']}  "
+              f"otlp {ar['otlp']['logs_url']} -> {ar['otlp']['received']}")
     if procs.running_pid(layout, "slurmctld"):
         out = d.run(["sinfo"], env=d.slurm_env(layout))
         print(out.stdout.rstrip() or out.stderr.rstrip())
@@ -331,6 +363,12 @@ def cmd_env(args: argparse.Namespace) -> int:
     # SLACK_API_URL, SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, LAB_SLACK_APP_TOKEN (never
     # SLACK_APP_TOKEN: its presence switches the bot to Socket Mode)
     exports.update(slack.env_exports(layout, layout.read_info()))
+    receivers = layout.read_info().get("audit_receivers")
+    if receivers:  # where the lab's bot.yaml ships the audit log (audit.ship)
+        exports.update(LAB_SYSLOG_ADDRESS=receivers["syslog"]["address"],
+                       LAB_SYSLOG_RECEIVED=receivers["syslog"]["received"],
+                       LAB_OTLP_ENDPOINT=receivers["otlp"]["endpoint"],
+                       LAB_OTLP_RECEIVED=receivers["otlp"]["received"])
     for key, value in exports.items():
         print(f"export {key}={shlex.quote(value)}")
     print(f"export PATH={shlex.quote(str(layout.bin))}:\"$PATH\"")
@@ -601,7 +639,8 @@ def parser() -> argparse.ArgumentParser:
     drv.set_defaults(func=cmd_driver)
     svc = sub.add_parser("service", help="stop|start|restart|status one lab daemon")
     svc.add_argument("name", help="slurmdbd, slurmctld, slurmrestd, mariadb, munge, "
-                     "kubeapi, etcd, dcgm, prometheus, alertmanager, slack, slurmd-gpuNN")
+                     "kubeapi, etcd, dcgm, prometheus, alertmanager, slack, rsyslog, otlp, "
+                     "slurmd-gpuNN")
     svc.add_argument("action", choices=["stop", "start", "restart", "reboot", "status"])
     svc.set_defaults(func=cmd_service)
     sw = sub.add_parser("etcd-switch", help="restart the lab's etcd on another data directory "

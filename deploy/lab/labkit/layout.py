@@ -32,13 +32,15 @@ SLOT_SIZE = 400
 SLOTS = (32768 - PORT_FLOOR) // SLOT_SIZE - 1
 # +390..+399 sit above the slurmd ports: +390 is the port the bot's own HTTP server
 # (`runbook serve`) uses in the lab (Alertmanager's webhook, Slack's request URL; the lab
-# starts nothing there), +391 the lab's Slack fake (deploy/lab/slackapi); +392.. are free.
+# starts nothing there), +391 the lab's Slack fake (deploy/lab/slackapi), +392 rsyslogd and
+# +393 the OTLP receiver (deploy/lab/otlpsink), where the bot ships its audit log;
+# +394.. are free.
 BOT_OFFSET = SLOT_SIZE - 10
 SLACK_OFFSET = BOT_OFFSET + 1
 SERVICE_OFFSETS = {"slurmctld": 0, "slurmdbd": 1, "slurmrestd": 2, "mariadb": 3,
                    "kubeapi": 4, "etcd": 5, "etcd_peer": 6,
                    "dcgm": 7, "prometheus": 8, "alertmanager": 9, "bot": BOT_OFFSET,
-                   "slack": SLACK_OFFSET}
+                   "slack": SLACK_OFFSET, "rsyslog": BOT_OFFSET + 2, "otlp": BOT_OFFSET + 3}
 SLURMD_OFFSET = 10
 MAX_NODES = BOT_OFFSET - SLURMD_OFFSET  # slurmd ports +10..+389
 # Unix socket paths are limited to 108 bytes (sun_path).

@@ -11,6 +11,7 @@ PACKAGES = [
     "munge", "mariadb-server", "slurm-wlm-jwt-plugin",
     "etcd-server", "etcd-client",
     "prometheus", "prometheus-alertmanager",
+    "rsyslog",  # the syslog receiver of the bot's audit log (labkit/rsyslog.py)
 ]
 
 

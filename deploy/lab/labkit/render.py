@@ -122,6 +122,8 @@ def bot_yaml(layout: Layout, nodes: list[str], ports: Ports, restd_url: str) -> 
         alertmanager_url=monitoring.url(ports, monitoring.ALERTMANAGER),
         bot_port=str(ports.service("bot")),
         alerts_token_file=str(monitoring.alerts_token_file(layout)),
+        syslog_port=str(ports.service("rsyslog")),
+        otlp_endpoint=f"http://127.0.0.1:{ports.service('otlp')}",
     )
 
 

@@ -193,5 +193,5 @@ def test_lines_copied_from_the_chat_are_read_as_checkpoints(tmp_path: Path,
 
 
 def test_chat_checkpoints_need_the_chat() -> None:
-    with pytest.raises(ValueError, match="audit.checkpoint_chat posts to the Slack channel"):
+    with pytest.raises(ValueError, match=r"audit\.checkpoint_chat posts to the Slack channel"):
         Config(audit={"checkpoint_chat": True})

@@ -19,7 +19,7 @@ class RecordingClient:
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []
 
-    def chat_postMessage(self, **kwargs: Any) -> dict[str, Any]:  # noqa: N802 (slack_sdk's name)
+    def chat_postMessage(self, **kwargs: Any) -> dict[str, Any]:
         self.sent.append(kwargs)
         return {"ok": True, "ts": f"1700000000.{len(self.sent):06d}"}
 

@@ -1,0 +1,109 @@
+"""GET /ui/chain, for auditors only: the audit chain's head, its last verifications (each a
+``chain_verified`` event: they survive restarts and are audited themselves), the checkpoint
+file against the log, and the archives. POST /ui/chain/verify runs bot.store.audit.verify
+now, records the result, and sends the browser back to the page (303)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, select
+from starlette.responses import RedirectResponse, Response
+
+from bot.service import Service
+from bot.store import audit, checkpoints
+from bot.store.schema import audit_archives, audit_events
+from bot.store.words import Kind
+from bot.surfaces.console.app import PREFIX, SECURITY_HEADERS, Ask, PageRoute
+
+SHOWN_VERIFICATIONS = 10
+_VERIFYING = threading.Lock()  # one walk of the chain at a time (a double click runs one)
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    file: str  # "" when none is configured
+    note: str  # what is known, in words
+    count: int = 0
+    last: checkpoints.Checkpoint | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def chain(ask: Ask) -> Response:
+    if not ask.viewer.auditor:
+        return _refused(ask)
+    with ask.bot.db.connect() as conn:
+        head = audit.last(conn)
+        start = audit.start(conn)
+        verifications = _verifications(conn)
+        archives = [dict(row) for row in conn.execute(
+            select(audit_archives).order_by(audit_archives.c.up_to_seq.desc())).mappings()]
+    return ask.page("chain.html", head=head, start=start, verifications=verifications,
+                    archives=archives, checkpoint=checkpoint_state(ask.bot),
+                    running=_VERIFYING.locked())
+
+
+def verify_now(ask: Ask) -> Response:
+    """Walk the whole chain now (slow on a big log: a worker thread of the server waits for
+    it) and record who ran it and what it found, as an audit event."""
+    if not ask.viewer.auditor:
+        return _refused(ask)
+    if not _VERIFYING.acquire(blocking=False):  # the page says one is running
+        return RedirectResponse(f"{PREFIX}/chain", 303, headers=SECURITY_HEADERS)
+    try:
+        verdict = audit.verify(ask.bot.db)
+        with ask.bot.db.begin() as conn:
+            audit.append(conn, Kind.CHAIN_VERIFIED, ask.viewer.name, {
+                "ok": verdict.ok, "checked": verdict.events, "head": verdict.head,
+                "problem": verdict.problem, "problem_seq": verdict.seq, "by": ask.viewer.name,
+                "surface": "console"})
+    finally:
+        _VERIFYING.release()
+    return RedirectResponse(f"{PREFIX}/chain", 303, headers=SECURITY_HEADERS)
+
+
+def checkpoint_state(bot: Service) -> CheckpointState:
+    """The checkpoint file (audit.checkpoint_file) compared with the log now."""
+    path = bot.config.audit.checkpoint_file
+    if path is None:
+        return CheckpointState("", "no checkpoint file is configured (audit.checkpoint_file): "
+                                   "a cut or rewritten tail of the log would not show")
+    if not path.exists():
+        return CheckpointState(str(path), "no checkpoint has been written to it yet")
+    try:
+        points = checkpoints.read(path)
+        count, problems = checkpoints.check(bot.db, path)
+    except checkpoints.CheckpointError as exc:
+        return CheckpointState(str(path), "", problems=[str(exc)])
+    note = "the log agrees with every checkpoint" if not problems else ""
+    return CheckpointState(str(path), note, count, points[-1] if points else None, problems)
+
+
+def _verifications(conn: Connection) -> list[dict[str, Any]]:
+    """The latest verifications, newest first (an edited one shows its stored text)."""
+    found = []
+    for row in conn.execute(select(audit_events.c.seq, audit_events.c.ts, audit_events.c.actor,
+                                   audit_events.c.data)
+                            .where(audit_events.c.kind == Kind.CHAIN_VERIFIED)
+                            .order_by(audit_events.c.seq.desc())
+                            .limit(SHOWN_VERIFICATIONS)).mappings():
+        try:
+            data = json.loads(row["data"])
+        except ValueError:
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        found.append({**data, "seq": row["seq"], "ts": row["ts"], "actor": row["actor"]})
+    return found
+
+
+def _refused(ask: Ask) -> Response:
+    return ask.console.error(403, "the audit chain is for auditors (console.auditors)",
+                             ask.viewer)
+
+
+ROUTES: list[PageRoute] = [("/chain", chain, ("GET",)),
+                           ("/chain/verify", verify_now, ("POST",))]

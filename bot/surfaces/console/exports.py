@@ -1,0 +1,162 @@
+"""Downloads of exactly what the executions page's filter selects: the executions
+(/ui/executions.csv, .jsonl) and their audit events (/ui/events.jsonl, .csv, in the format
+of ``runbook audit export``, secrets hidden; ``scope=all``: the whole log in a time range as
+stored, for auditors). They stream: read with a server-side cursor, sent as they come."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.engine import Connection
+from starlette.responses import Response, StreamingResponse
+
+from bot.store import audit
+from bot.store.db import READ_ONLY
+from bot.surfaces.console import filters, listing, scope
+from bot.surfaces.console.app import SECURITY_HEADERS, Ask, BadRequest, PageRoute
+from bot.surfaces.console.filters import Filter
+from kit.canonical import canonical
+
+BATCH = 1000  # executions read at a time (with their nodes and approvers)
+PIECE = 65536  # characters sent at a time
+FIELDS = ("id", "runbook", "version", "state", "stage", "requested_by", "requested_at",
+          "finished_at", "source", "break_glass", "checks_failed", "nodes", "approvers",
+          "error", "params")
+MEDIA = {"csv": "text/csv; charset=utf-8", "jsonl": "application/jsonl; charset=utf-8"}
+
+
+def executions_export(fmt: str) -> Callable[[Ask], Response]:
+    def handler(ask: Ask) -> Response:
+        flt, sort, _ = filters.parse(ask.query.multi_items(), extra=("sort", "order"))
+        with ask.bot.db.connect() as conn:
+            allowed = listing.runbooks_in_scope(conn, ask.viewer, ask.bot.config)
+        query = listing.ordered(listing.matching(flt, allowed, (*listing.COLUMNS,
+                                                                listing.c.params)), sort)
+
+        def produce(conn: Connection) -> Iterator[str]:
+            result = conn.execute(query.execution_options(stream_results=True,
+                                                          yield_per=BATCH))
+            return _pieces(_execution_lines(conn, result.partitions(BATCH), fmt))
+
+        return _download(ask.bot.db, produce, _filename("executions", flt, fmt), fmt)
+
+    return handler
+
+
+def events_export(fmt: str) -> Callable[[Ask], Response]:
+    def handler(ask: Ask) -> Response:
+        flt, _, rest = filters.parse(ask.query.multi_items(), extra=("scope",))
+        whole = _whole_log(ask, flt, rest.get("scope", "executions"))
+        with ask.bot.db.connect() as conn:
+            allowed = listing.runbooks_in_scope(conn, ask.viewer, ask.bot.config)
+        among = None if whole else listing.matching(flt, allowed, (listing.c.id,))
+
+        def produce(conn: Connection) -> Iterator[str]:
+            rows = (audit.events(conn, since=flt.since_at or None, until=flt.until_at or None)
+                    if whole else _masked(audit.events(conn, executions_of=among)))
+            return (piece for piece, _ in audit.lines(rows, fmt))
+
+        name = _filename("audit-events" if whole else "events", flt, fmt)
+        return _download(ask.bot.db, produce, name, fmt)
+
+    return handler
+
+
+def _masked(rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Events with the values of secret-looking keys in their data hidden, as every page
+    shows them; only the whole log (scope=all, for auditors) is the log as stored."""
+    for row in rows:
+        yield {**row, "data": scope.masked(row["data"])}
+
+
+def _whole_log(ask: Ask, flt: Filter, scope_word: str) -> bool:
+    """``scope=all``: every event in the time range, as ``runbook audit export`` gives it;
+    otherwise the events of the filtered executions (their time range: when requested)."""
+    if scope_word not in ("executions", "all"):
+        raise BadRequest(f"scope {scope_word[:60]!r} is not executions or all")
+    if scope_word == "executions":
+        return False
+    if not ask.viewer.auditor:
+        raise BadRequest("scope=all (every event of the log) is for auditors; without it you "
+                         "get the events of the executions you may see")
+    if not flt.only_time():
+        raise BadRequest("scope=all takes only since and until (it is the whole log in a time "
+                         "range); drop the other filters, or drop scope=all")
+    return True
+
+
+def _execution_lines(conn: Connection, batches: Iterator[Any], fmt: str) -> Iterator[str]:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=FIELDS) if fmt == "csv" else None
+    if writer is not None:
+        writer.writeheader()
+        yield _drain(buffer)
+    for batch in batches:
+        for row in listing.decorate(conn, [dict(item._mapping) for item in batch]):
+            record = {name: row[name] for name in FIELDS}
+            record["break_glass"] = bool(record["break_glass"])
+            record["params"] = scope.masked(json.loads(record["params"]))
+            if writer is None:
+                yield canonical(record) + "\n"
+                continue
+            writer.writerow({**record, "approvers": " ".join(record["approvers"]),
+                             "params": canonical(record["params"])})
+            yield _drain(buffer)
+
+
+def _drain(buffer: io.StringIO) -> str:
+    text = buffer.getvalue()
+    buffer.seek(0)
+    buffer.truncate()
+    return text
+
+
+def _pieces(lines: Iterator[str]) -> Iterator[str]:
+    """Lines gathered into pieces of about PIECE characters: fewer, larger writes."""
+    gathered: list[str] = []
+    size = 0
+    for line in lines:
+        gathered.append(line)
+        size += len(line)
+        if size >= PIECE:
+            yield "".join(gathered)
+            gathered, size = [], 0
+    if gathered:
+        yield "".join(gathered)
+
+
+def stream(db: Engine, produce: Callable[[Connection], Iterator[str]]) -> Iterator[bytes]:
+    """The pieces ``produce`` makes, read only as the client takes them, on a read-only
+    connection (on SQLite: no writer lock) held until the last one or until the client
+    goes away."""
+    with db.connect() as conn:
+        conn.execution_options(**READ_ONLY)
+        for piece in produce(conn):
+            yield piece.encode()
+
+
+def _download(db: Engine, produce: Callable[[Connection], Iterator[str]], name: str,
+              fmt: str) -> Response:
+    headers = {**SECURITY_HEADERS, "Content-Disposition": f'attachment; filename="{name}"'}
+    return StreamingResponse(stream(db, produce), media_type=MEDIA[fmt], headers=headers)
+
+
+def _filename(what: str, flt: Filter, fmt: str) -> str:
+    """``executions_runbook-drain-node_state-failed.csv``: the filter, in a safe name."""
+    words = [f"{name}-{value}" for name, value in flt.params()] or ["all"]
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", "_".join([what, *words])).strip("-")
+    return f"{stem[:150]}.{fmt}"
+
+
+ROUTES: list[PageRoute] = [
+    ("/executions.csv", executions_export("csv"), ("GET",)),
+    ("/executions.jsonl", executions_export("jsonl"), ("GET",)),
+    ("/events.jsonl", events_export("jsonl"), ("GET",)),
+    ("/events.csv", events_export("csv"), ("GET",)),
+]
