@@ -316,6 +316,14 @@ class AuditConfig(BaseModel):
     ship: ShipConfig = Field(default_factory=ShipConfig)  # to syslog and OTLP receivers
 
 
+def principals(value: list[str]) -> list[str]:
+    """Who a rule names: "*", "group:NAME" or "user:NAME" (ValueError naming one that is not)."""
+    for item in value:
+        if item != "*" and not item.startswith(("group:", "user:")):
+            raise ValueError(f'"{item}" must be "*", "group:NAME" or "user:NAME"')
+    return value
+
+
 class ProxyIdentity(BaseModel):
     """The console's people as an authenticating proxy (oauth2-proxy) names them: a header
     it sets, believed only on connections from ``trusted`` addresses."""
@@ -367,10 +375,7 @@ class ConsoleConfig(BaseModel):
     @field_validator("auditors")
     @classmethod
     def _principals(cls, value: list[str]) -> list[str]:
-        for item in value:
-            if item != "*" and not item.startswith(("group:", "user:")):
-                raise ValueError(f'"{item}" must be "*", "group:NAME" or "user:NAME"')
-        return value
+        return principals(value)
 
 
 class Config(BaseModel):
@@ -411,10 +416,7 @@ class Config(BaseModel):
     @field_validator("requesters", "approvers")
     @classmethod
     def _principals(cls, value: list[str]) -> list[str]:
-        for item in value:
-            if item != "*" and not item.startswith(("group:", "user:")):
-                raise ValueError(f'"{item}" must be "*", "group:NAME" or "user:NAME"')
-        return value
+        return principals(value)
 
     @model_validator(mode="after")
     def _chat_checkpoints_need_chat(self) -> Config:

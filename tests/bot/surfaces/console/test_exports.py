@@ -33,7 +33,6 @@ from tests.bot.surfaces.console.seeded import (
     Row,
     expected,
     seed,
-    seeded_database,
 )
 from tests.conftest import LAB_USERS, NODES, BotFactory
 
@@ -44,21 +43,6 @@ SINCE, UNTIL = "2026-11-30T08:04:00Z", "2026-11-30T08:11"
 @pytest.fixture(autouse=True)
 def _clean() -> None:
     fakes.reset()
-
-
-@pytest.fixture(scope="module",
-                params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def seeded_db(request: pytest.FixtureRequest,
-              tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[Row]]:
-    return seeded_database(request, tmp_path_factory.mktemp("seeded"))
-
-
-@pytest.fixture
-def seeded(make_bot: BotFactory,
-           seeded_db: tuple[str, list[Row]]) -> tuple[Service, list[Row]]:
-    """The module's seeded database (read, never changed), under a bot of its own."""
-    url, rows = seeded_db
-    return make_bot({}, url=url, console=CONSOLE), rows
 
 
 def model(rows: list[Row], query: list[tuple[str, str]]) -> list[int]:
