@@ -330,10 +330,11 @@ class Service:
 
     # --- decisions ----------------------------------------------------------------------
 
-    def approve(self, execution_id: int, user: str) -> Execution:
+    def approve(self, execution_id: int, user: str, source: str = "cli") -> Execution:
         """Record one approval of the plan the approver saw; enough of them approve the
         execution. The decision is a compare-and-set on the execution row: an approval
-        racing a denial, an expiry or a changed plan is refused with what it found."""
+        racing a denial, an expiry or a changed plan is refused with what it found.
+        ``source``: the surface it came from (cli, chat), kept in its audit event."""
         self.get(execution_id)  # ends it first if its approval window has passed
         try:
             with self.db.begin() as conn:
@@ -345,7 +346,7 @@ class Service:
                     audit.append(conn, Kind.APPROVAL_REFUSED, user, {"reason": problem}, ex.id)
                     refusal = Refused(problem)
                 else:
-                    return self._count_approval(conn, ex, user)
+                    return self._count_approval(conn, ex, user, source)
         except IntegrityError as exc:  # the constraint caught a second decision
             raise Refused(f"{user} has already decided on execution {execution_id}") from exc
         raise refusal
@@ -369,19 +370,22 @@ class Service:
             return f"{user} has already {verb} execution {ex.id}"
         return None
 
-    def _count_approval(self, conn: Connection, ex: Execution, user: str) -> Execution:
+    def _count_approval(self, conn: Connection, ex: Execution, user: str,
+                        source: str) -> Execution:
         policy = ex.plan.approval
         executions.record_decision(conn, ex.id, user, "approve", ex.plan_hash, None)
         count = len(executions.approvals_for(conn, ex.id, ex.plan_hash))
         audit.append(conn, Kind.APPROVED, user, {
             "plan_hash": ex.plan_hash, "approvals": count, "required": policy.required,
+            "source": source,
         }, ex.id)
         if count >= policy.required:
             executions.update_if(conn, ex.id, {"state": State.AWAITING_APPROVAL},
                                  state=State.APPROVED)
         return executions.get(conn, ex.id)
 
-    def deny(self, execution_id: int, user: str, reason: str | None) -> Execution:
+    def deny(self, execution_id: int, user: str, reason: str | None,
+             source: str = "cli") -> Execution:
         self.get(execution_id)
         try:
             with self.db.begin() as conn:
@@ -392,7 +396,8 @@ class Service:
                 if problem is None:
                     executions.record_decision(conn, ex.id, user, "deny", ex.plan_hash, reason)
                     audit.append(conn, Kind.DENIED, user,
-                                 {"plan_hash": ex.plan_hash, "reason": reason}, ex.id)
+                                 {"plan_hash": ex.plan_hash, "reason": reason,
+                                  "source": source}, ex.id)
                     executions.finish(conn, ex, State.DENIED, user,
                                       f"denied by {user}: {reason or ''}",
                                       expect={"state": State.AWAITING_APPROVAL})

@@ -154,7 +154,7 @@ def _run(bot: Service, args: list[str], user: str) -> Reply:
 
 
 def _approve(bot: Service, args: list[str], user: str) -> Reply:
-    ex = bot.approve(_one_id(args, "approve ID"), user)
+    ex = bot.approve(_one_id(args, "approve ID"), user, source="chat")
     have = len(bot.approvals(ex.id))
     return Reply(f"execution {ex.id}: approved by {user} ({have}/{ex.approvals_required}); "
                  f"now {ex.state}", execution_id=ex.id)
@@ -162,7 +162,7 @@ def _approve(bot: Service, args: list[str], user: str) -> Reply:
 
 def _deny(bot: Service, args: list[str], user: str) -> Reply:
     execution_id = _one_id(args, "deny ID [reason]")
-    ex = bot.deny(execution_id, user, " ".join(args[1:]) or None)
+    ex = bot.deny(execution_id, user, " ".join(args[1:]) or None, source="chat")
     return Reply(f"execution {ex.id}: denied by {user}; nothing was run", execution_id=ex.id)
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import delete, select, update
 from bot.execution.engine import Engine
 from bot.service import Service
 from bot.store.schema import audit_events
+from bot.surfaces.chat import commands
 from bot.surfaces.console.identity import Viewer
 from bot.surfaces.console.scope import MASK, visible
 from tests.bot import fakes
@@ -118,7 +119,7 @@ def test_the_page_tells_the_whole_execution(make_bot: BotFactory) -> None:
     assert plan.rows()[1][3] == f"record tok-{MASK}"  # the secret inside an operation
     assert any(e.attrs.get("title") == ex.plan_hash for e in doc.all("code", "hash"))
     (approval,) = section_table(doc, "approvals").rows()
-    assert approval[:2] == ["carol", "approved"]
+    assert approval[:2] == ["carol", "approved"] and approval[3] == "cli"
     assert ex.plan_hash[:12] in approval[4] and "(this plan)" in approval[4]
     steps = section_table(doc, "steps").rows()
     assert [(r[0].split()[0], r[1], r[4]) for r in steps] == [
@@ -179,6 +180,19 @@ def test_a_deleted_event_breaks_the_link_of_the_next(make_bot: BotFactory) -> No
 def _marks(bot: Service, execution_id: int) -> dict[int, str]:
     doc = page(bot, f"/ui/executions/{execution_id}")
     return {seq: row.all("td")[5].text() for seq, row in event_rows(doc).items()}
+
+
+def test_an_approval_and_a_denial_say_the_surface_they_came_from(make_bot: BotFactory
+                                                                  ) -> None:
+    bot = make(make_bot)
+    approved = bot.request("demo", {"node": "gpu01", "api_token": SECRET}, "alice")
+    assert "approved by carol" in commands.handle(bot, f"approve {approved}", "carol").text
+    denied = bot.request("demo", {"node": "gpu03", "api_token": SECRET}, "alice")
+    bot.deny(denied, "carol", "not tonight")
+    (row,) = section_table(page(bot, f"/ui/executions/{approved}"), "approvals").rows()
+    assert row[:4] == ["carol", "approved", row[2], "chat"]
+    (row,) = section_table(page(bot, f"/ui/executions/{denied}"), "approvals").rows()
+    assert row[:4] == ["carol", "denied", row[2], "cli"] and row[5] == "not tonight"
 
 
 def test_a_cancel_shows_who_cancelled(make_bot: BotFactory) -> None:
