@@ -87,8 +87,14 @@ def get(conn: Connection, execution_id: int) -> Execution:
 
 
 def find(conn: Connection, *, states: frozenset[str] | None = None,
-         runbook: str | None = None, user: str | None = None, limit: int = 200) -> list[Execution]:
+         runbook: str | None = None, user: str | None = None, node: str | None = None,
+         limit: int = 200) -> list[Execution]:
+    """Executions, newest first. ``node``: those whose plan locked it (a node inside a
+    hostlist parameter too: ``execution_nodes``)."""
     query = select(executions).order_by(executions.c.id.desc()).limit(limit)
+    if node:
+        query = query.where(executions.c.id.in_(
+            select(execution_nodes.c.execution_id).where(execution_nodes.c.node == node)))
     if states is not None:
         query = query.where(executions.c.state.in_(sorted(states)))
     if runbook:

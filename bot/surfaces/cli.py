@@ -388,10 +388,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     bot = _bot(args)
     with bot.db.connect() as conn:
-        found = executions.find(conn, runbook=args.runbook, user=args.user, limit=10_000)
-    if args.node:
-        found = [ex for ex in found if args.node in {str(v) for v in ex.params.values()}]
-    found = found[: args.limit]
+        found = executions.find(conn, runbook=args.runbook, user=args.user, node=args.node,
+                                limit=args.limit)
     if args.json:
         print(json.dumps([_history_row(ex) for ex in found], indent=2))
         return EXIT_OK

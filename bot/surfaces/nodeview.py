@@ -9,7 +9,6 @@ system that does not answer is shown as such; the rest of the view still comes.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,17 +102,13 @@ def _gpus(bot: Service, views: dict[str, NodeView]) -> None:
 
 
 def _executions(bot: Service, views: dict[str, NodeView]) -> None:
-    by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    """The last ten executions that locked each node (inside a hostlist too)."""
     with bot.db.connect() as conn:
-        recent = executions.find(conn, limit=500)
-    for ex in recent:
-        for name in views:
-            if name in {str(v) for v in ex.params.values()}:
-                by_node[name].append({"id": ex.id, "runbook": ex.runbook, "state": ex.state,
-                                      "requested_at": ex.requested_at,
-                                      "requested_by": ex.requested_by})
-    for name, items in by_node.items():
-        views[name].executions = items[:10]
+        for name, view in views.items():
+            view.executions = [{"id": ex.id, "runbook": ex.runbook, "state": ex.state,
+                                "requested_at": ex.requested_at,
+                                "requested_by": ex.requested_by}
+                               for ex in executions.find(conn, node=name, limit=10)]
 
 
 def text(view: NodeView) -> str:

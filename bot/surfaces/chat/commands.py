@@ -190,9 +190,7 @@ def _history(bot: Service, args: list[str], user: str) -> Reply:
         raise _Usage("history [node=NAME] [runbook=NAME] [user=NAME]")
     with bot.db.connect() as conn:
         found = executions.find(conn, runbook=filters.get("runbook"), user=filters.get("user"),
-                                limit=2000)
-    if "node" in filters:
-        found = [ex for ex in found if filters["node"] in {str(v) for v in ex.params.values()}]
+                                node=filters.get("node"), limit=20)
     lines = [f"{ex.id}: {ex.runbook} {ex.state} ({ex.requested_by}, {ex.requested_at[:19]}) "
              f"{params_text(ex.params)}" for ex in found[:20]]
     return Reply("\n".join(lines) or "no executions")

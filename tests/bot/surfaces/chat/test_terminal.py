@@ -85,6 +85,22 @@ def test_plan_and_describe_and_history(bot: Service) -> None:
     assert "demo awaiting_approval" in commands.handle(bot, "history node=gpu03", "bob").text
 
 
+def test_history_and_the_node_view_find_a_node_inside_a_hostlist(make_bot: BotFactory
+                                                                   ) -> None:
+    """A request for gpu[02-04] touched gpu03: the history of gpu03 has it, gpu05's not."""
+    fakes.reset()
+    bot = make_bot({"demo": runbook([record("a", "{{ nodes }}")], risk="medium",
+                                    params={"nodes": {"type": "nodes", "required": True}},
+                                    locks=[])})
+    commands.handle(bot, "run demo nodes=gpu[02-04]", "alice")
+    assert "1: demo awaiting_approval" in commands.handle(bot, "history node=gpu03", "bob").text
+    assert commands.handle(bot, "history node=gpu05", "bob").text == "no executions"
+    from bot.surfaces import nodeview
+
+    (view,) = nodeview.build(bot, ["gpu04"])
+    assert [ex["id"] for ex in view.executions] == [1]
+
+
 def test_as_refused_without_lab(make_bot: BotFactory) -> None:
     fakes.reset()
     bot = make_bot({"demo": runbook([record("a", "a")])}, lab=False)
