@@ -157,6 +157,7 @@ audit_events = Table(
     Column("hash", String(64), nullable=False),
     Index("ix_audit_execution", "execution_id"),
     Index("ix_audit_ts", "ts"),
+    Index("ix_audit_kind_seq", "kind", "seq"),  # revision 0010: the newest of one kind
 )
 
 # Events moved out of audit_events into a verified file (bot.store.archive): the log then

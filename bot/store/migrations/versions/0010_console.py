@@ -47,9 +47,12 @@ def upgrade() -> None:
     op.create_index("ix_executions_runbook", "executions", ["runbook", "id"])
     op.create_index("ix_executions_requested_by", "executions", ["requested_by", "id"])
     op.create_index("ix_approvals_user", "approvals", ["user", "execution_id"])
+    # the chain page's last verification: the newest event of one kind, without a scan
+    op.create_index("ix_audit_kind_seq", "audit_events", ["kind", "seq"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_audit_kind_seq", "audit_events")
     op.drop_index("ix_approvals_user", "approvals")
     for name in ("ix_executions_requested_by", "ix_executions_runbook",
                  "ix_executions_finished", "ix_executions_requested", "ix_executions_state"):
