@@ -105,9 +105,19 @@ def _execution_lines(conn: Connection, batches: Iterator[Any], fmt: str) -> Iter
             if writer is None:
                 yield canonical(record) + "\n"
                 continue
-            writer.writerow({**record, "approvers": " ".join(record["approvers"]),
-                             "params": canonical(record["params"])})
+            writer.writerow({name: _cell(value) for name, value in {
+                **record, "approvers": " ".join(record["approvers"]),
+                "params": canonical(record["params"])}.items()})
             yield _drain(buffer)
+
+
+def _cell(value: Any) -> Any:
+    """A text cell a spreadsheet would take for a formula (=, +, -, @, a tab or a carriage
+    return first) gets a leading apostrophe: opening the file runs nothing (OWASP's advice
+    on CSV injection). The audit log's own CSV stays as stored: it must prove itself."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
 
 
 def _drain(buffer: io.StringIO) -> str:

@@ -134,6 +134,16 @@ def test_event_data_is_masked_except_in_the_whole_log(make_bot: BotFactory) -> N
     assert "hunter2-secret" in client.get("/ui/events.jsonl?scope=all").text  # as stored
 
 
+def test_a_cell_a_spreadsheet_would_run_is_defused_in_the_executions_csv(
+        make_bot: BotFactory) -> None:
+    bot = make_bot({"demo": runbook([record("a", "a")], risk="medium")}, console=CONSOLE,
+                   requesters=["*"])
+    bot.request("demo", {"node": "gpu01"}, '=HYPERLINK("http://x","y")')
+    answer = Client(bot).get("/ui/executions.csv")
+    (line,) = list(csv.DictReader(io.StringIO(answer.text)))
+    assert line["requested_by"] == '\'=HYPERLINK("http://x","y")' and line["runbook"] == "demo"
+
+
 def test_the_whole_log_is_for_auditors_and_only_in_a_time_range(
         seeded: tuple[Service, list[Row]]) -> None:
     bot, _ = seeded
