@@ -1,7 +1,9 @@
 """``ClientBackend``: the ``KubernetesBackend`` over the official ``kubernetes`` client.
 
 An API server that does not answer never holds a step or a check past its time, and a
-request that reached the server is never sent twice behind the caller's back.
+request that reached the server is never sent twice behind the caller's back. Requests go
+through the client's ``ApiClient`` (configuration, authentication, connection pool), not its
+generated API classes, whose import alone costs every command a second of CPU.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import urllib3
@@ -33,6 +35,12 @@ from adapters.kubernetes.config import KubernetesConfig
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
+# The paths of the API methods used, as the generated client writes them.
+NODE = "/api/v1/nodes/{name}"
+CLUSTER_OBJECT = "/apis/{group}/{version}/{plural}/{name}"
+NAMESPACED_OBJECT = "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+LEASE = LEASES + "/{name}"
 
 
 def make_api_client(config: KubernetesConfig) -> k8s.ApiClient:
@@ -62,9 +70,10 @@ class ClientBackend:
 
     The ApiClient comes from the kubeconfig (or the in-cluster service account). Every
     request carries ``_request_timeout``: ``request_timeout``, or less within
-    ``deadline(...)`` (a step's deadline, a check's timeout). Answers are read as JSON
-    (``_preload_content=False``) into the records of ``adapters.kubernetes.backend``; API
-    errors become ``KubernetesError`` with the HTTP status and the Status message verbatim.
+    ``deadline(...)`` (a step's deadline, a check's timeout). Each request is the one the
+    generated API method sends (``_send``); answers are read as JSON into the records of
+    ``adapters.kubernetes.backend``; API errors become ``KubernetesError`` with the HTTP
+    status and the Status message verbatim.
     urllib3 retries only connection attempts, so an eviction or a patch is never repeated
     silently.
     """
@@ -73,9 +82,6 @@ class ClientBackend:
         self.config = config
         self.api_client = api_client or make_api_client(config)
         self.url = str(self.api_client.configuration.host)
-        self.core = k8s.CoreV1Api(self.api_client)
-        self.custom = k8s.CustomObjectsApi(self.api_client)
-        self.coordination = k8s.CoordinationV1Api(self.api_client)
         self._local = threading.local()
 
     # --- plumbing -----------------------------------------------------------------
@@ -105,12 +111,32 @@ class ClientBackend:
             limit = min(limit, left)
         return limit
 
-    def _call(self, request: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run one API method; the decoded JSON answer, or a KubernetesError."""
+    def _send(self, method: str, path: str, limit: float, names: Mapping[str, str],
+              query: Mapping[str, str | None] | None = None, body: Any = None,
+              content_type: str | None = None) -> bytes:
+        """One request as the generated API method sends it: ``path``'s ``{placeholders}``
+        filled from ``names`` and quoted alike, JSON asked for, a Content-Type only where the
+        method sets one (patches). The body of a 2xx answer, else ApiException."""
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        request = self.api_client.param_serialize(
+            method=method, resource_path=path, path_params=dict(names) or None,
+            query_params=[(key, value) for key, value in (query or {}).items()
+                          if value is not None],
+            header_params=headers, body=body, auth_settings=["BearerToken"])
+        response = self.api_client.call_api(*request, _request_timeout=limit)
+        response.read()  # type: ignore[no-untyped-call]
+        if not 200 <= response.status <= 299:
+            raise k8s.ApiException.from_response(http_resp=response, body=None, data=None)
+        return bytes(response.data or b"")
+
+    def _call(self, request: str, method: str, path: str, names: Mapping[str, str],
+              **options: Any) -> Any:
+        """One request (``_send``); the decoded JSON answer, or a KubernetesError."""
         limit = self._timeout(request)
         try:
-            response = fn(*args, _preload_content=False, _request_timeout=limit, **kwargs)
-            data = response.data
+            data = self._send(method, path, limit, names, **options)
         except k8s.ApiException as exc:
             raise self._api_error(request, exc) from exc
         except urllib3.exceptions.HTTPError as exc:
@@ -165,8 +191,8 @@ class ClientBackend:
 
     def get_node(self, name: str) -> Node:
         try:
-            return Node.from_api(self._call(f"GET /api/v1/nodes/{name}", self.core.read_node,
-                                            name))
+            return Node.from_api(self._call(f"GET /api/v1/nodes/{name}", "GET", NODE,
+                                            {"name": name}))
         except KubernetesNotFound as exc:
             raise KubernetesNotFound(
                 f'Kubernetes has no node "{name}" (kubectl get nodes lists them): check the '
@@ -175,15 +201,15 @@ class ClientBackend:
 
     def list_nodes(self, label_selector: str | None = None) -> list[Node]:
         query = f"?labelSelector={label_selector}" if label_selector else ""
-        body = self._call(f"GET /api/v1/nodes{query}", self.core.list_node,
-                          label_selector=label_selector)
+        body = self._call(f"GET /api/v1/nodes{query}", "GET", "/api/v1/nodes", {},
+                          query={"labelSelector": label_selector})
         return [Node.from_api(item) for item in body.get("items") or []]
 
     def patch_node(self, name: str, patch: Mapping[str, Any], *,
                    strategic: bool = False) -> Node:
         return Node.from_api(self._call(
-            f"PATCH /api/v1/nodes/{name}", self.core.patch_node, name, dict(patch),
-            _content_type=STRATEGIC if strategic else MERGE))
+            f"PATCH /api/v1/nodes/{name}", "PATCH", NODE, {"name": name}, body=dict(patch),
+            content_type=STRATEGIC if strategic else MERGE))
 
     # --- pods ---------------------------------------------------------------------
 
@@ -192,29 +218,27 @@ class ClientBackend:
 
     def list_pods(self, namespace: str | None = None, label_selector: str | None = None,
                   field_selector: str | None = None) -> list[Pod]:
-        query = "&".join(f"{k}={v}" for k, v in (("labelSelector", label_selector),
-                                                  ("fieldSelector", field_selector)) if v)
+        selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        query = "&".join(f"{k}={v}" for k, v in selectors.items() if v)
         if namespace is None:
-            body = self._call(f"GET /api/v1/pods?{query}".rstrip("?"),
-                              self.core.list_pod_for_all_namespaces,
-                              label_selector=label_selector, field_selector=field_selector)
+            body = self._call(f"GET /api/v1/pods?{query}".rstrip("?"), "GET", "/api/v1/pods",
+                              {}, query=selectors)
         else:
             body = self._call(f"GET /api/v1/namespaces/{namespace}/pods?{query}".rstrip("?"),
-                              self.core.list_namespaced_pod, namespace,
-                              label_selector=label_selector, field_selector=field_selector)
+                              "GET", "/api/v1/namespaces/{namespace}/pods",
+                              {"namespace": namespace}, query=selectors)
         return [Pod.from_api(item) for item in body.get("items") or []]
 
     def evict(self, namespace: str, name: str, grace_seconds: int | None = None) -> Eviction:
-        options = (k8s.V1DeleteOptions(grace_period_seconds=grace_seconds)
-                   if grace_seconds is not None else None)
-        body = k8s.V1Eviction(api_version="policy/v1", kind="Eviction",
-                              metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
-                              delete_options=options)
+        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                "metadata": {"name": name, "namespace": namespace}}
+        if grace_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
         request = f"POST /api/v1/namespaces/{namespace}/pods/{name}/eviction"
         limit = self._timeout(request)
         try:
-            self.core.create_namespaced_pod_eviction(
-                name, namespace, body, _preload_content=False, _request_timeout=limit)
+            self._send("POST", "/api/v1/namespaces/{namespace}/pods/{name}/eviction", limit,
+                       {"namespace": namespace, "name": name}, body=body)
         except k8s.ApiException as exc:
             if exc.status == 429:
                 try:
@@ -233,29 +257,28 @@ class ClientBackend:
 
     def get_custom_object(self, group: str, version: str, plural: str, name: str,
                           namespace: str | None = None) -> dict[str, Any]:
+        names = {"group": group, "version": version, "plural": plural, "name": name}
         if namespace is None:
-            result = self._call(f"GET /apis/{group}/{version}/{plural}/{name}",
-                                self.custom.get_cluster_custom_object,
-                                group, version, plural, name)
+            result = self._call(f"GET /apis/{group}/{version}/{plural}/{name}", "GET",
+                                CLUSTER_OBJECT, names)
         else:
             result = self._call(
-                f"GET /apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}",
-                self.custom.get_namespaced_custom_object, group, version, namespace, plural,
-                name)
+                f"GET /apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}", "GET",
+                NAMESPACED_OBJECT, {**names, "namespace": namespace})
         return dict(result)
 
     def patch_custom_object(self, group: str, version: str, plural: str, name: str,
                             patch: Mapping[str, Any],
                             namespace: str | None = None) -> dict[str, Any]:
+        names = {"group": group, "version": version, "plural": plural, "name": name}
         if namespace is None:
-            result = self._call(f"PATCH /apis/{group}/{version}/{plural}/{name}",
-                                self.custom.patch_cluster_custom_object,
-                                group, version, plural, name, dict(patch), _content_type=MERGE)
+            result = self._call(f"PATCH /apis/{group}/{version}/{plural}/{name}", "PATCH",
+                                CLUSTER_OBJECT, names, body=dict(patch), content_type=MERGE)
         else:
             result = self._call(
                 f"PATCH /apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}",
-                self.custom.patch_namespaced_custom_object, group, version, namespace, plural,
-                name, dict(patch), _content_type=MERGE)
+                "PATCH", NAMESPACED_OBJECT, {**names, "namespace": namespace},
+                body=dict(patch), content_type=MERGE)
         return dict(result)
 
     def driver_versions(self, label_selector: str | None = None) -> dict[str, str | None]:
@@ -270,25 +293,25 @@ class ClientBackend:
         try:
             return Lease.from_api(self._call(
                 f"GET /apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
-                self.coordination.read_namespaced_lease, name, namespace))
+                "GET", LEASE, {"namespace": namespace, "name": name}))
         except KubernetesNotFound:
             return None
 
     def create_lease(self, lease: Lease) -> Lease:
         return Lease.from_api(self._call(
-            f"POST /apis/coordination.k8s.io/v1/namespaces/{lease.namespace}/leases",
-            self.coordination.create_namespaced_lease, lease.namespace, lease.to_api()))
+            f"POST /apis/coordination.k8s.io/v1/namespaces/{lease.namespace}/leases", "POST",
+            LEASES, {"namespace": lease.namespace}, body=lease.to_api()))
 
     def replace_lease(self, lease: Lease) -> Lease:
         return Lease.from_api(self._call(
             f"PUT /apis/coordination.k8s.io/v1/namespaces/{lease.namespace}/leases/{lease.name}",
-            self.coordination.replace_namespaced_lease, lease.name, lease.namespace,
-            lease.to_api()))
+            "PUT", LEASE, {"namespace": lease.namespace, "name": lease.name},
+            body=lease.to_api()))
 
     def delete_lease(self, namespace: str, name: str) -> None:
         with contextlib.suppress(KubernetesNotFound):
             self._call(f"DELETE /apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/"
-                       f"{name}", self.coordination.delete_namespaced_lease, name, namespace)
+                       f"{name}", "DELETE", LEASE, {"namespace": namespace, "name": name})
 
     def close(self) -> None:
         self.api_client.close()  # type: ignore[no-untyped-call]

@@ -606,12 +606,16 @@ class Engine:
         return error
 
     def _pause(self, claim: Claim, ex: Execution, seconds: float, phase: str) -> None:
-        """Wait before a retry, but not past a cancel or a lost claim."""
-        until = time.monotonic() + seconds
-        while (left := until - time.monotonic()) > 0:
+        """Wait before a retry, but not past a cancel or a lost claim. The wait is counted in
+        ``sleep`` calls, not read off the clock: an engine given a fake ``sleep`` does not
+        spin (querying the cancel flag) until the real seconds have gone by."""
+        left = seconds
+        while left > 0:
             if claim.lost.is_set() or (phase == "do" and self._cancel_requested(ex)):
                 break
-            self.sleep(min(left, WATCH_SECONDS))
+            pause = min(left, WATCH_SECONDS)
+            self.sleep(pause)
+            left -= pause
         self._boundary(claim, ex, cancelling=phase == "undo")
 
     def _invoke(self, claim: Claim, ex: Execution, step: PlannedStep, call: PlannedCall,

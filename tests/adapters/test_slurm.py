@@ -95,8 +95,10 @@ def restore(lab: Lab) -> None:
         if line.startswith(f"ReservationName={PREFIX}"):
             name = line.split()[0].split("=", 1)[1]
             lab.run("scontrol", "delete", f"ReservationName={name}")
+    faults = Path(lab["faults_dir"])  # a node's faults are its file there: `clear` deletes it
     for node in lab["nodes"]:
-        lab.lab("fault", node, "clear", timeout=30)
+        if (faults / f"{node}.json").exists():  # (a `lab` run per node costs 0.3 s of CPU)
+            lab.lab("fault", node, "clear", timeout=30)
     nodes = ",".join(lab["nodes"])
     listing = lab.run("sinfo", "-h", "-N", "-n", nodes, "-o", "%N %T").stdout
     stuck = [line.split()[0] for line in listing.splitlines()
