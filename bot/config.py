@@ -91,6 +91,9 @@ class InventoryConfig(BaseModel):
     discover: bool = True  # ask the configured Slurm and Kubernetes for their nodes
     kubernetes_selector: str = "nvidia.com/gpu.present=true"  # which Kubernetes nodes count
     names: dict[str, NodeNames] = Field(default_factory=dict)  # bot name -> names elsewhere
+    # a long-running bot (serve, engine, chat) lists the pools again when its inventory is
+    # older than this at plan time: a node handed to the other pool plans with its new pool
+    refresh_seconds: float = Field(default=5.0, ge=0, le=3600)
 
 
 class AlertRule(BaseModel):
@@ -98,9 +101,19 @@ class AlertRule(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     match: dict[str, str]  # label -> value; a value "a|b" matches either (exact alternatives)
-    runbook: str
+    runbook: str | None = None
+    # instead of runbook: a template for the alert's XID ("{{ labels.xid }}"); the XID table
+    # (remediation.xid) picks the runbook: reset-gpu, reset-gpu method=reboot or swap-gpu
+    xid: str | None = None
     params: dict[str, str] = Field(default_factory=dict)  # templates over `labels`
     auto_run: bool = False  # run without a person; honoured only for risk low runbooks
+
+    @model_validator(mode="after")
+    def _one_way(self) -> AlertRule:
+        if (self.runbook is None) == (self.xid is None):
+            raise ValueError("give runbook (the runbook to propose) or xid (the XID table "
+                             "picks it), not both")
+        return self
 
 
 class ScheduleConfig(BaseModel):

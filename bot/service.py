@@ -7,6 +7,7 @@ it never imports a surface, bot.schedule or bot.alerts, which all call it.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 
 from adapters.slurm import hostlist
 from bot.config import Config
-from bot.execution import confirming, executions, locking
+from bot.execution import confirming, executions, locking, remediations
 from bot.execution.approval import approval_problem, may_steer, unapprovable
 from bot.execution.checks.core import Checks
 from bot.execution.executions import Execution
@@ -34,6 +35,7 @@ from bot.execution.planning import (
 )
 from bot.runbooks import params, versions
 from bot.runbooks.catalogue import Catalogue
+from bot.runbooks.inventory import LiveInventory
 from bot.runbooks.loading import LoadedRunbook, RunbookError, load_all, load_text
 from bot.store import audit, db
 from bot.store.schema import approvals, maintenance_windows, runbook_versions
@@ -77,6 +79,8 @@ class Service:
     inventory: params.Inventory
     warnings: list[str] = field(default_factory=list)  # e.g. a pool that could not be listed
     backends: dict[str, Any] = field(default_factory=dict)  # for read-only views (node view)
+    # lists the pools again when older than inventory.refresh_seconds (from_config sets it)
+    live_inventory: LiveInventory | None = None
     _runbooks: dict[str, LoadedRunbook] | None = None
     _pinned: dict[tuple[str, str, str], LoadedRunbook] = field(default_factory=dict)
 
@@ -94,6 +98,7 @@ class Service:
             inventory=parts.inventory,
             warnings=parts.warnings,
             backends=parts.backends,
+            live_inventory=parts.live,
         )
 
     # --- runbooks -----------------------------------------------------------------
@@ -166,6 +171,7 @@ class Service:
         window plans the runbooks it will run inside itself). ``loaded``: plan this
         version of the runbook rather than the current file (an execution's pinned one)."""
         loaded = loaded or self.runbook(name)
+        self.refresh_inventory()
         try:
             values = params.validate(loaded.runbook, raw, self.inventory)
             weakened = params.weakened_guards(loaded.runbook, values, self.inventory)
@@ -173,8 +179,61 @@ class Service:
                              self._audit_facts(loaded))
         except (params.ParamError, PlanError) as exc:
             raise Refused(f"{name}: {exc}") from exc
+        self._check_follow_up(name, plan)
         plan = self._guard_window(loaded, plan, window)
-        return self._guard_capacity(name, plan, break_glass, weakened)
+        plan = self._guard_capacity(name, plan, break_glass, weakened)
+        return self._warn_repeat(loaded, plan)
+
+    def refresh_inventory(self) -> params.Inventory:
+        """The inventory as of at most ``inventory.refresh_seconds`` ago: every plan (a
+        request, an alert's proposal, the engine's plan before it starts) sees the pools a
+        node serves now, not when this process started."""
+        if self.live_inventory is not None:
+            self.inventory = self.live_inventory.current()
+        return self.inventory
+
+    def _check_follow_up(self, name: str, plan: Plan) -> None:
+        """The proposal a failure would leave must be one that can be requested: its
+        runbook exists and its parameters are valid now (they are checked again on Run)."""
+        follow = plan.propose_on_failure
+        if not follow:
+            return
+        target = self.runbook(follow["runbook"])
+        try:
+            params.validate(target.runbook, follow["params"], self.inventory)
+        except params.ParamError as exc:
+            raise Refused(f"{name}: propose_on_failure ({follow['runbook']}): {exc}") from exc
+
+    # --- what the bot did to nodes before --------------------------------------------
+
+    def remediation_kinds(self) -> dict[str, str]:
+        """Runbook name -> its ``remediation`` (drain, repair, resume), for those that say."""
+        return {name: loaded.runbook.remediation for name, loaded in self.runbooks().items()
+                if loaded.runbook.remediation}
+
+    def repeat_offences(self, node: str) -> list[tuple[int, str]]:
+        """The remediations (drain or repair runbooks that ran) ``node`` needed within
+        ``remediation.repeat.days``, when there are at least ``remediations`` of them (a
+        repeat offender); else []."""
+        repeat = self.config.remediation.repeat
+        counted = [n for n, kind in self.remediation_kinds().items() if kind != "resume"]
+        since = remediations.iso_ago(repeat.days * 86400)
+        with self.db.connect() as conn:
+            found = remediations.of_node(conn, node, counted, since)
+        return found if len(found) >= repeat.remediations else []
+
+    def _warn_repeat(self, loaded: LoadedRunbook, plan: Plan) -> Plan:
+        """A runbook that returns nodes to service warns, in its plan, about a node that is a
+        repeat offender: it may need a new GPU rather than another resume."""
+        if loaded.runbook.remediation != "resume":
+            return plan
+        warnings = []
+        for node in sorted(runbook_nodes(loaded, plan.params)):
+            found = self.repeat_offences(node)
+            if found:
+                warnings.append(repeat_text(node, found, self.config.remediation.repeat.days)
+                                + "; consider swap-gpu instead")
+        return dataclasses.replace(plan, warnings=warnings) if warnings else plan
 
     def _guard_window(self, loaded: LoadedRunbook, plan: Plan,
                       window: frozenset[str] | None) -> Plan:
@@ -524,3 +583,10 @@ def _text(value: Any) -> str:
 
 def _clip(value: str, limit: int = 200) -> str:
     return value if len(value) <= limit else value[:limit] + f"… ({len(value)} characters)"
+
+
+def repeat_text(node: str, found: Sequence[tuple[int, str]], days: float) -> str:
+    """"gpu03 is a repeat offender: 3 remediations in 30 days (executions 4 drain-node, ...)"."""
+    listed = ", ".join(f"{ex_id} {runbook}" for ex_id, runbook in found)
+    return (f"{node} is a repeat offender: {len(found)} remediations in {days:g} days "
+            f"(executions {listed})")

@@ -109,8 +109,9 @@ for _ in $(seq 1 60); do
   "$runbook" proposals | grep -q swap-gpu && break
   sleep 1
 done
-"$runbook" proposals
+"$runbook" proposals   # GpuXid through the XID table (remediation.xid): 79 is swap
 deploy/lab/lab fault gpu03 clear
+"$runbook" breaker status   # automation stops when the bot holds too much of a pool out
 
 step "Slack: alice types /runbook run drain-node; bob's Approve is refused; carol's runs it"
 echo "(signed requests to runbook serve's /slack/events; the lab's fake of Slack's Web API"

@@ -44,6 +44,7 @@ from adapters.kubernetes.gpu_operator import (
     WaitUpgradeStateAction,
     WaitValidatorAction,
 )
+from adapters.kubernetes.mig import MIG_ACTIONS
 from kit.durations import format_duration
 
 CORDONED_BY = "gpu-runbook-bot/cordoned-by"  # who cordoned a node (k8s.cordon_nodes owner)
@@ -327,6 +328,7 @@ ACTION_CLASSES: tuple[type[KubernetesAction], ...] = (
     CordonAction, UncordonAction, CordonNodesAction, UncordonNodesAction, DrainAction,
     LabelAction, TaintAction, WaitLabelsAction,
     SetDriverVersionAction, WaitUpgradeStateAction, WaitValidatorAction, DriverVersionsAction,
+    *MIG_ACTIONS,
 )
 
 

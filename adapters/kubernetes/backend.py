@@ -88,6 +88,8 @@ class Node:
     ready: bool = True
     resource_version: str = ""
     gpus_allocatable: int = 0  # status.allocatable["nvidia.com/gpu"]
+    # status.allocatable's nvidia.com/* resources (nvidia.com/gpu, nvidia.com/mig-3g.40gb)
+    nvidia_allocatable: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> Node:
@@ -106,6 +108,10 @@ class Node:
             resource_version=str(metadata.get("resourceVersion", "")),
             gpus_allocatable=_count(((obj.get("status") or {}).get("allocatable") or {})
                                     .get(GPU_RESOURCE)),
+            nvidia_allocatable={
+                str(key): _count(value) for key, value in
+                (((obj.get("status") or {}).get("allocatable") or {}).items())
+                if str(key).startswith("nvidia.com/")},
         )
 
 

@@ -9,7 +9,10 @@ from adapters.actions import Action
 from adapters.registry import Adapter, Built
 from adapters.slurm.actions import ACTION_CLASSES, SlurmActions
 from adapters.slurm.config import SlurmConfig
+from adapters.slurm.gpureset import GpuResetAction
 from adapters.slurm.health import HealthCheckAction
+from adapters.slurm.mig import MIG_ACTIONS
+from adapters.slurm.pools import POOL_ACTIONS
 from adapters.slurm.pyslurm_backend import make_backend
 from adapters.slurm.rolling import DriverRolloutAction
 
@@ -18,9 +21,14 @@ def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
     backend = make_backend(config)
     actions: list[Action] = [*SlurmActions(backend, config).all(),
                              HealthCheckAction(backend, config),
-                             DriverRolloutAction(backend, config)]
+                             DriverRolloutAction(backend, config),
+                             GpuResetAction(backend, config),
+                             *(cls(backend, config) for cls in POOL_ACTIONS),
+                             *(cls(backend, config) for cls in MIG_ACTIONS)]
     return Built(actions, backend)
 
 
 ADAPTER = Adapter("slurm", "slurm", SlurmConfig,
-                  (*ACTION_CLASSES, HealthCheckAction, DriverRolloutAction), _build)
+                  (*ACTION_CLASSES, HealthCheckAction, DriverRolloutAction, GpuResetAction,
+                   *POOL_ACTIONS, *MIG_ACTIONS),
+                  _build)

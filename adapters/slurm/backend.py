@@ -34,6 +34,8 @@ class NodeInfo:
     gpus_used: int = 0
     jobs: list[int] = field(default_factory=list)
     boot_time: int | None = None  # epoch seconds, when Slurm knows it
+    features: frozenset[str] = frozenset()  # AvailableFeatures (jobs ask with --constraint)
+    gres: str = ""  # as Slurm shows it: gpu:h100:8, gpu:3g.40gb:16 (MIG)
 
     @property
     def drained(self) -> bool:
@@ -151,6 +153,11 @@ class SlurmBackend(Protocol):
 
     def update_nodes(self, names: list[str], state: str, reason: str | None = None) -> None:
         """One ``scontrol update`` for the whole batch."""
+        ...
+
+    def update_features(self, names: list[str], features: list[str]) -> None:
+        """Set the nodes' available and active features (``scontrol update ...
+        AvailableFeatures=a,b ActiveFeatures=a,b``)."""
         ...
 
     def jobs(self, names: list[str]) -> list[Job]:

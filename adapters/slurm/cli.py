@@ -231,6 +231,9 @@ class CliBackend:
     def update_nodes(self, names: list[str], state: str, reason: str | None = None) -> None:
         self.run(commands.update_nodes(names, state, reason))
 
+    def update_features(self, names: list[str], features: list[str]) -> None:
+        self.run(commands.update_features(names, features))
+
     def requeue(self, job_ids: list[int]) -> None:
         if job_ids:
             self.run(commands.requeue(job_ids))

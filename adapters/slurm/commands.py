@@ -40,6 +40,12 @@ def update_nodes(names: list[str], state: str, reason: str | None) -> list[str]:
     return argv
 
 
+def update_features(names: list[str], features: list[str]) -> list[str]:
+    value = ",".join(features)  # empty: no features
+    return ["scontrol", "update", f"NodeName={compress(names)}", f"AvailableFeatures={value}",
+            f"ActiveFeatures={value}"]
+
+
 def requeue(job_ids: list[int]) -> list[str]:
     return ["scontrol", "requeue", ",".join(str(job) for job in job_ids)]
 

@@ -51,6 +51,11 @@ class FakeSlurm:
             flags = (node.flags | {"DRAIN"}) if state == "DRAIN" else node.flags - {"DRAIN"}
             self.state[name] = replace(node, flags=frozenset(flags), reason=reason or "")
 
+    def update_features(self, names: list[str], features: list[str]) -> None:
+        self.calls.append(("features", list(names), list(features)))
+        for name in names:
+            self.state[name] = replace(self.state[name], features=frozenset(features))
+
     def jobs(self, names: list[str]) -> list[Job]:
         return [j for j in self.running
                 if (j.active or j.state == "PENDING") and set(j.nodes) & set(names)]

@@ -89,6 +89,9 @@ def parse_node(data: Mapping[str, Any]) -> NodeInfo:
         gpus_total=gpu_count(text(data.get("gres")), text(data.get("tres"))),
         gpus_used=gpu_count(text(data.get("gres_used")), tres_used),  # text: AllocTRES
         boot_time=boot_time or None,
+        features=frozenset(f for f in text(data.get("features")).split(",")
+                           if f and f != "(null)"),
+        gres=text(data.get("gres")) if text(data.get("gres")) != "(null)" else "",
     )
 
 
@@ -278,6 +281,7 @@ def parse_node_text(output: str) -> list[NodeInfo]:
             "reason_set_by_user": user,
             "reason_changed_at": when,
             "gres": fields.get("Gres", ""),
+            "features": fields.get("AvailableFeatures", ""),
             "tres": fields.get("CfgTRES", ""),
             "tres_used": fields.get("AllocTRES", ""),
             "boot_time": _epoch(fields.get("BootTime", "")),

@@ -127,6 +127,9 @@ class PyslurmBackend:
     def update_nodes(self, names: list[str], state: str, reason: str | None = None) -> None:
         raise self._unsupported("update_nodes (drain/resume)")
 
+    def update_features(self, names: list[str], features: list[str]) -> None:
+        raise self._unsupported("update_features")
+
     def requeue(self, job_ids: list[int]) -> None:
         raise self._unsupported("requeue")
 

@@ -19,6 +19,8 @@ from sqlalchemy import Connection, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from adapters.alertmanager import parse_time
+from bot.alerts import breaker
+from bot.alerts.choosing import Choice, NothingToDo, choose
 from bot.config import AlertRule
 from bot.execution.executions import TERMINAL
 from bot.runbooks import templating
@@ -140,7 +142,7 @@ def receive(bot: Service, webhook: Webhook) -> list[Proposal]:
                            alert.labels.get("alertname"))
             with bot.db.connect() as conn:
                 previous = _belongs_to(conn, alert, bot.config.server.alert_refire_seconds)
-            proposal = _refuse(bot, alert, rule, {}, previous,
+            proposal = _refuse(bot, alert, _asked(rule, {}), previous,
                                f"could not be proposed: {type(exc).__name__}: {exc}")
         if proposal is not None:
             touched.append(proposal)
@@ -233,6 +235,11 @@ def _refired(conn: Connection, row: Any, alert: WebhookAlert) -> bool:
     return True
 
 
+def _asked(rule: AlertRule, params: dict[str, str]) -> Choice:
+    """What a rule asks before the XID table and repeat offenders had their say."""
+    return Choice(rule.runbook or "(by XID)", params)
+
+
 def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule,
              refused: Any = None) -> Proposal | None:
     """A new proposal (or refusal) for ``alert``; ``refused``: this firing's refused
@@ -242,14 +249,21 @@ def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule,
         try:
             params[name] = str(templating.render(template, {"labels": alert.labels}))
         except templating.TemplateProblem as exc:
-            return _refuse(bot, alert, rule, params, refused, (
+            return _refuse(bot, alert, _asked(rule, params), refused, (
                 f"parameter {name}: {exc} (the alert's labels: "
                 f"{', '.join(sorted(alert.labels)) or 'none'})"))
     try:
-        plan = bot.plan(rule.runbook, params)
+        choice = choose(bot, rule, alert.labels, params)
+        stop = breaker.stopped(bot)
+        if stop is not None:
+            return _refuse(bot, alert, choice, refused, stop)
+        plan = bot.plan(choice.runbook, choice.params)
+    except NothingToDo as exc:
+        _log.info("alert %s: %s", alert.fingerprint, exc)
+        return None
     except Refused as exc:
-        return _refuse(bot, alert, rule, params, refused, str(exc))
-    proposal = _record(bot, alert, rule, params, "open", None, refused)
+        return _refuse(bot, alert, _asked(rule, params), refused, str(exc))
+    proposal = _record(bot, alert, choice, "open", choice.note, refused)
     if proposal is None:  # proposed a moment ago by another request: it auto-ran there
         return None
     if rule.auto_run:
@@ -258,20 +272,20 @@ def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule,
     return proposal
 
 
-def _refuse(bot: Service, alert: WebhookAlert, rule: AlertRule, params: dict[str, str],
+def _refuse(bot: Service, alert: WebhookAlert, choice: Choice,
             previous: Any, note: str) -> Proposal | None:
     """A refused proposal with why, unless ``previous`` (the proposal this firing belongs
     to) is that same refusal: then it is only brought up to date (no second row, no second
     ``proposal_refused``)."""
     if (previous is not None and previous.state == "refused" and previous.note == note
-            and json.loads(previous.params) == params):
+            and json.loads(previous.params) == choice.params):
         with bot.db.begin() as conn:
             changed = _refired(conn, previous, alert)
         return get(bot, previous.id) if changed else None
-    return _record(bot, alert, rule, params, "refused", note, previous)
+    return _record(bot, alert, choice, "refused", note, previous)
 
 
-def _record(bot: Service, alert: WebhookAlert, rule: AlertRule, params: dict[str, str],
+def _record(bot: Service, alert: WebhookAlert, choice: Choice,
             state: str, note: str | None, previous: Any = None) -> Proposal | None:
     """A proposal, open or refused (with why), and its audit event; None when, since
     ``previous`` was read, another request (Alertmanager's retry, another replica) recorded
@@ -281,12 +295,12 @@ def _record(bot: Service, alert: WebhookAlert, rule: AlertRule, params: dict[str
         current = _belongs_to(conn, alert, bot.config.server.alert_refire_seconds)
         if current is not None and (previous is None or current.id != previous.id):
             return None
-        proposal_id = _insert(conn, alert, rule, params, state, note)
+        proposal_id = _insert(conn, alert, choice, state, note)
         kind = Kind.PROPOSED if state == "open" else Kind.PROPOSAL_REFUSED
         audit.append(conn, kind, ALERT_USER, {
             "proposal": proposal_id, "alert": alert.labels.get("alertname"),
-            "fingerprint": alert.fingerprint, "runbook": rule.runbook, "params": params,
-            "reason": note})
+            "fingerprint": alert.fingerprint, "runbook": choice.runbook,
+            "params": choice.params, "reason": note})
     return get(bot, proposal_id)
 
 
@@ -299,13 +313,13 @@ def _one_at_a_time(conn: Connection, fingerprint: str) -> None:
                      {"a": _PROPOSAL_LOCK, "b": zlib.crc32(fingerprint.encode()) & 0x7FFF_FFFF})
 
 
-def _insert(conn: Connection, alert: WebhookAlert, rule: AlertRule, params: dict[str, str],
-            state: str, note: str | None) -> int:
+def _insert(conn: Connection, alert: WebhookAlert, choice: Choice, state: str,
+            note: str | None) -> int:
     now = now_iso()
     result = conn.execute(proposals.insert().values(
         fingerprint=alert.fingerprint, alertname=alert.labels.get("alertname", "?"),
-        labels=canonical(alert.labels), runbook=rule.runbook,
-        params=canonical(params), state=state, alert_status="firing",
+        labels=canonical(alert.labels), runbook=choice.runbook,
+        params=canonical(choice.params), state=state, alert_status="firing",
         created_at=now, updated_at=now, note=note, alert_started_at=alert.starts_at))
     key = result.inserted_primary_key
     assert key is not None
@@ -316,6 +330,11 @@ def _auto_run(bot: Service, proposal_id: int, risk: str) -> None:
     if risk != "low":  # never without a person for medium or high risk
         with bot.db.begin() as conn:
             _set(conn, proposal_id, note=f"auto_run ignored: the runbook is risk {risk}")
+        return
+    stop = breaker.stopped(bot)
+    if stop is not None:  # the proposal stays open for a person
+        with bot.db.begin() as conn:
+            _set(conn, proposal_id, note=f"auto_run stopped: {stop}")
         return
     try:
         run(bot, proposal_id, ALERT_USER, configured=True)

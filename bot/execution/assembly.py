@@ -21,7 +21,7 @@ from bot.execution.checks.monitoring import AlertsEvaluator, PromqlEvaluator
 from bot.execution.checks.slurm import SlurmEvaluator
 from bot.execution.confirming import DatabaseConfirmations
 from bot.runbooks.catalogue import KNOWN, Catalogue, standard_actions
-from bot.runbooks.inventory import InventorySources, build
+from bot.runbooks.inventory import InventorySources, LiveInventory, Seen
 from bot.runbooks.params import Inventory
 
 
@@ -32,11 +32,12 @@ class Assembly:
     inventory: Inventory
     warnings: list[str]
     backends: dict[str, Any]  # by adapter name (slurm, kubernetes, prometheus...): for views
+    live: LiveInventory | None = None  # lists the pools again as they change
 
 
 # Check kinds that read a system: the kind, and how to make its evaluator from the built
 # backends (None when what it reads is not configured). Add a check kind here.
-_CheckMaker = Callable[[Config, Mapping[str, Any], Inventory], Evaluator | None]
+_CheckMaker = Callable[[Config, Mapping[str, Any], Callable[[], Inventory]], Evaluator | None]
 CHECK_KINDS: dict[str, _CheckMaker] = {
     "slurm": lambda config, b, inventory: (
         SlurmEvaluator(b["slurm"]) if "slurm" in b else None),
@@ -47,7 +48,7 @@ CHECK_KINDS: dict[str, _CheckMaker] = {
     "capacity": lambda config, b, inventory: (
         CapacityEvaluator(inventory, b.get("slurm"), b.get("kubernetes"),
                           config.inventory.kubernetes_selector,
-                          site_floors=config.guards.min_free_gpus)
+                          site_floors=config.guards.min_free_gpus, pools=config.pools)
         if "slurm" in b or "kubernetes" in b else None),
 }
 
@@ -64,17 +65,18 @@ def assemble(config: Config, db: Engine) -> Assembly:
         if built.backend is not None:
             backends[adapter.name] = built.backend
     sources = _inventory_sources(config, backends)
-    inventory = build(config.inventory, sources)
+    live = LiveInventory(config.inventory, sources, config.pools, config.mig.layouts,
+                         config.inventory.refresh_seconds)
     evaluators: dict[str, Evaluator] = {
         "command": CommandEvaluator(config.host_commands),
         "file": FileEvaluator(),
     }
     for kind, make in CHECK_KINDS.items():
-        evaluator = make(config, backends, inventory)
+        evaluator = make(config, backends, live.current)
         if evaluator is not None:
             evaluators[kind] = evaluator
-    return Assembly(Catalogue(actions, KNOWN), Checks(evaluators), inventory, sources.problems,
-                    backends)
+    return Assembly(Catalogue(actions, KNOWN), Checks(evaluators), live.current(),
+                    sources.problems, backends, live)
 
 
 def _inventory_sources(config: Config, backends: Mapping[str, Any]) -> InventorySources:
@@ -83,9 +85,13 @@ def _inventory_sources(config: Config, backends: Mapping[str, Any]) -> Inventory
     if not config.inventory.discover:
         return sources
     slurm, kubernetes = backends.get("slurm"), backends.get("kubernetes")
+    label = config.pools.label  # which pool a node serves: bot.runbooks.inventory
     if slurm is not None:
-        sources.slurm = lambda: [node.name for node in slurm.nodes(None, with_jobs=False)]
+        sources.slurm = lambda: [
+            Seen(node.name, drain_reason=node.reason if "DRAIN" in node.flags else None)
+            for node in slurm.nodes(None, with_jobs=False)]
     if kubernetes is not None:
         selector = config.inventory.kubernetes_selector
-        sources.kubernetes = lambda: [node.name for node in kubernetes.list_nodes(selector)]
+        sources.kubernetes = lambda: [Seen(node.name, pool_label=node.labels.get(label))
+                                      for node in kubernetes.list_nodes(selector)]
     return sources

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
-from bot.execution import locking
+from bot.execution import followups, locking
 from bot.execution.planning import Plan, plan_from_json
 from bot.store import audit, words
 from bot.store.db import now_iso
@@ -178,6 +178,8 @@ def finish(
     released = locking.release(conn, ex.id)
     audit.append(conn, Kind.FINISHED, actor,
                  {"state": state, "error": error, "locks_released": released, **data}, ex.id)
+    if state == State.FAILED:
+        followups.propose(conn, ex.id, ex.runbook, ex.plan.propose_on_failure, error)
     return True
 
 

@@ -110,10 +110,17 @@ class Plan:
     outside_window: bool = False
     hash: str = field(default="", compare=False)
     weakened_guards: list[WeakenedGuard] = field(default_factory=list)
+    # if the execution fails: the runbook (and its parameters) proposed to people
+    propose_on_failure: dict[str, Any] | None = None
+    # advice for the approvers (a repeat offender): shown, kept, not part of the hash
+    warnings: list[str] = field(default_factory=list)
 
     def body(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("hash")
+        data.pop("warnings")
+        if data["propose_on_failure"] is None:  # absent unless set: other plans keep hashes
+            data.pop("propose_on_failure")
         if not data["outside_window"]:  # absent unless set: other plans keep their hashes
             data.pop("outside_window")
         if not data["weakened_guards"]:  # likewise
@@ -121,7 +128,8 @@ class Plan:
         return data
 
     def to_json(self) -> str:
-        return canonical({**self.body(), "hash": self.hash})
+        advice = {"warnings": self.warnings} if self.warnings else {}
+        return canonical({**self.body(), **advice, "hash": self.hash})
 
 
 def approval_policy(runbook: Runbook, config: Config) -> ApprovalPolicy:
@@ -159,6 +167,7 @@ def make_plan(
         steps = [_plan_step(step, context, catalogue, default_timeout) for step in runbook.steps]
         pre = [_plan_check(c, context) for c in runbook.pre_checks]
         post = [_plan_check(c, context) for c in runbook.post_checks]
+        follow_up = _plan_follow_up(runbook, context)
     except templating.TemplateProblem as exc:
         raise PlanError(str(exc)) from exc
     plan = Plan(
@@ -173,8 +182,18 @@ def make_plan(
         steps=steps,
         post_checks=post,
         on_failure=runbook.on_failure,
+        propose_on_failure=follow_up,
     )
     return _with_hash(plan)
+
+
+def _plan_follow_up(runbook: Runbook, context: Mapping[str, Any]) -> dict[str, Any] | None:
+    spec = runbook.propose_on_failure
+    if spec is None:
+        return None
+    rendered = {name: str(templating.render(text, context)) for name, text in spec.params.items()}
+    after = {"after_step": spec.after_step} if spec.after_step else {}
+    return {"runbook": spec.runbook, "params": rendered, **after}
 
 
 def runbook_nodes(loaded: LoadedRunbook, values: Mapping[str, Any]) -> set[str]:

@@ -1,19 +1,44 @@
 """One inventory of GPU nodes across Slurm and Kubernetes, under the bot's own node names.
 
 It only reads node lists, through the listers it is handed (bot.execution.assembly makes
-them), and never blocks a command on a system that cannot be asked (``build``).
+them), and never blocks a command on a system that cannot be asked (``build``). A node
+registered in both systems serves the pools its marks say (``serves_kubernetes``/``serves_slurm``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot.config import InventoryConfig
+from bot.config_remediation import PoolsConfig
 from bot.runbooks.params import Inventory
 
-Lister = Callable[[], Iterable[str]]  # names as one system calls its nodes
+
+@dataclass(frozen=True)
+class Seen:
+    """A node as one system lists it, with the marks that say which pool it serves:
+    Kubernetes, the value of the pool label; Slurm, the reason when DRAIN is set."""
+
+    name: str
+    pool_label: str | None = None
+    drain_reason: str | None = None
+
+
+Lister = Callable[[], Iterable[str | Seen]]  # names as one system calls its nodes
+
+
+def serves_kubernetes(pool_label: str | None) -> bool:
+    """A Kubernetes node serves Kubernetes unless its pool label says slurm."""
+    return pool_label != "slurm"
+
+
+def serves_slurm(drain_reason: str | None, pools: PoolsConfig) -> bool:
+    """A Slurm node serves Slurm unless it is drained with the pool reason."""
+    return drain_reason is None or not drain_reason.startswith(pools.reason_prefix)
 
 
 @dataclass
@@ -23,7 +48,29 @@ class InventorySources:
     problems: list[str] = field(default_factory=list)
 
 
-def build(config: InventoryConfig, sources: InventorySources) -> Inventory:
+@dataclass(frozen=True)
+class PoolInventory(Inventory):
+    """The inventory plus the pool hand-off's facts: the nodes each system knows (whatever
+    pool they serve now) and ``pools`` (the marks, for templates)."""
+
+    in_slurm: frozenset[str] = frozenset()
+    in_kubernetes: frozenset[str] = frozenset()
+    pools: PoolsConfig = field(default_factory=PoolsConfig)
+
+    def facts(self) -> dict[str, Any]:
+        marks = {"label": self.pools.label, "taint": self.pools.taint,
+                 "reason": self.pools.reason_prefix, "feature": self.pools.slurm_feature or ""}
+        return {**super().facts(), "pools": marks}
+
+    def pool_of(self, node: str) -> list[str]:
+        """The pools ``node`` serves now: ``["slurm"]``, ``["kubernetes"]``, both or none."""
+        return [pool for pool, members in (("slurm", self.slurm),
+                                           ("kubernetes", self.kubernetes)) if node in members]
+
+
+def build(config: InventoryConfig, sources: InventorySources,
+          pools: PoolsConfig | None = None,
+          mig_layouts: Mapping[str, Mapping[str, int]] | None = None) -> PoolInventory:
     """The inventory: discovered pools under the bot's names, plus the configured nodes.
 
     The bot names a node once (``gpu07``); ``inventory.names`` says what Slurm, Kubernetes
@@ -31,30 +78,39 @@ def build(config: InventoryConfig, sources: InventorySources) -> Inventory:
     Kubernetes' own node lists decide which pool a node is in; a node in both pools gets the
     steps of both (runbooks choose with ``when: "{{ node in kubernetes }}"``). If a system
     cannot be asked, the inventory says so (``sources.problems``) and falls back to the
-    configured node list rather than blocking every command.
+    configured node list rather than blocking every command. A node both systems know is in
+    the pool it serves (``pools``: the Kubernetes pool label, the Slurm drain reason), yet
+    stays in ``nodes`` and keeps its names, so that handoff-node can move it.
     """
-    slurm_to_bot = _reverse(config, "slurm")
-    k8s_to_bot = _reverse(config, "kubernetes")
+    pools = pools or PoolsConfig()
     static = frozenset(config.nodes)
-    slurm = _discover("Slurm", sources.slurm, slurm_to_bot, sources.problems)
-    kubernetes = _discover("Kubernetes", sources.kubernetes, k8s_to_bot, sources.problems)
-    if slurm is None:
-        slurm = static if sources.kubernetes is None else frozenset()
-    if kubernetes is None:
-        kubernetes = frozenset()
-    return Inventory(nodes=static | slurm | kubernetes, slurm=slurm, kubernetes=kubernetes,
-                     names=_names(config))
+    slurm_seen = _discover("Slurm", sources.slurm, _reverse(config, "slurm"), sources.problems)
+    k8s_seen = _discover("Kubernetes", sources.kubernetes, _reverse(config, "kubernetes"),
+                         sources.problems)
+    if slurm_seen is None:
+        slurm_seen = ({n: Seen(n) for n in static} if sources.kubernetes is None else {})
+    k8s_seen = k8s_seen or {}
+    slurm = frozenset(n for n, seen in slurm_seen.items()
+                      if serves_slurm(seen.drain_reason, pools))
+    kubernetes = frozenset(n for n, seen in k8s_seen.items()
+                           if serves_kubernetes(seen.pool_label))
+    return PoolInventory(nodes=static | set(slurm_seen) | set(k8s_seen), slurm=slurm,
+                         kubernetes=kubernetes, names=_names(config),
+                         in_slurm=frozenset(slurm_seen), in_kubernetes=frozenset(k8s_seen),
+                         pools=pools, mig_layouts=dict(mig_layouts or {}))
 
 
 def _discover(system: str, lister: Lister | None, to_bot: dict[str, str],
-              problems: list[str]) -> frozenset[str] | None:
+              problems: list[str]) -> dict[str, Seen] | None:
+    """The nodes one system lists, by the bot's names."""
     if lister is None:
         return None
     try:
-        return frozenset(to_bot.get(name, name) for name in lister())
+        listed = [item if isinstance(item, Seen) else Seen(item) for item in lister()]
     except Exception as exc:  # an unreachable system must not stop every command
         problems.append(f"could not list {system} nodes ({exc}); using the configured list")
         return None
+    return {to_bot.get(seen.name, seen.name): seen for seen in listed}
 
 
 def _reverse(config: InventoryConfig, system: str) -> dict[str, str]:
@@ -75,3 +131,34 @@ def _names(config: InventoryConfig) -> dict[str, dict[str, str]]:
             if value:
                 table[system][bot_name] = value
     return table
+
+
+class LiveInventory:
+    """The inventory of a long-running bot: listed again when older than ``max_age`` seconds
+    (``inventory.refresh_seconds``) at the moment it is asked for, so a plan made after a
+    node changed pools (handoff-node) sees its new pool. When a system cannot be asked, the
+    previous listing of it is not kept: ``build`` falls back as it does at start."""
+
+    def __init__(self, config: InventoryConfig, sources: InventorySources,
+                 pools: PoolsConfig | None, mig_layouts: Mapping[str, Mapping[str, int]],
+                 max_age: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._args = (config, sources, pools, mig_layouts)
+        self._max_age = max_age
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._current = self._build()
+        self._built_at = clock()
+
+    def _build(self) -> PoolInventory:
+        config, sources, pools, layouts = self._args
+        fresh = InventorySources(sources.slurm, sources.kubernetes)
+        inventory = build(config, fresh, pools, layouts)
+        sources.problems[:] = fresh.problems
+        return inventory
+
+    def current(self) -> PoolInventory:
+        with self._lock:
+            if self._clock() - self._built_at >= self._max_age:
+                self._current = self._build()
+                self._built_at = self._clock()
+            return self._current

@@ -315,6 +315,8 @@ def _strings(value: Any, at: Path_) -> Iterable[tuple[Path_, str]]:
 
 def _template_sites(runbook: Runbook) -> Iterable[tuple[Path_, str]]:
     yield from _strings(runbook.locks, ("locks",))
+    if runbook.propose_on_failure is not None:
+        yield from _strings(runbook.propose_on_failure.params, ("propose_on_failure", "params"))
     for index, step in enumerate(runbook.steps):
         yield from _strings(step.with_, ("steps", index, "with"))
         if step.undo is not None:

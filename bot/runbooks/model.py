@@ -21,7 +21,8 @@ STEP_ID = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 EXPECT = re.compile(r"^\s*(==|!=|<=|>=|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
 
 CHECK_KINDS = ("promql", "command", "capacity", "alerts", "file", "slurm")
-ParamType = Literal["node", "nodes", "text", "int", "bool", "duration", "enum", "version"]
+ParamType = Literal["node", "nodes", "text", "int", "bool", "duration", "enum", "version",
+                    "mig_layout"]
 # How a parameter weakens a guard (a check's floor, a blast-radius limit, a safer way of
 # working): "lower" (a value below its default), "higher" (above it), "changed" (any other
 # value). Such a value makes the request break-glass: see docs/writing-runbooks.md.
@@ -177,6 +178,23 @@ class StepSpec(Strict):
         return value
 
 
+class ProposeSpec(Strict):
+    """``propose_on_failure``: when the execution fails, propose this runbook to people (a
+    proposal, like an alert's: it runs only when someone presses Run). Rendered at plan
+    time, so the plan shows it and approvers approve it with the rest."""
+
+    runbook: str = Field(pattern=NAME.pattern)
+    params: dict[str, str] = Field(default_factory=dict)
+    # only when this step failed (a reset, not jobs that would not finish); default: any
+    after_step: str | None = Field(default=None, pattern=STEP_ID.pattern)
+
+
+# What a runbook does to the nodes it names, for repeat offenders and the breaker: drain
+# takes them out and leaves them out, repair takes them out and returns them, resume
+# returns them.
+Remediation = Literal["drain", "repair", "resume"]
+
+
 class Runbook(Strict):
     name: str
     version: str
@@ -193,6 +211,8 @@ class Runbook(Strict):
     on_failure: Literal["undo", "leave"] = "undo"
     # required: outside an open maintenance window covering its nodes, one more approval
     windows: Literal["required"] | None = None
+    propose_on_failure: ProposeSpec | None = None
+    remediation: Remediation | None = None
 
     @field_validator("name")
     @classmethod
@@ -227,6 +247,14 @@ class Runbook(Strict):
                 )
             seen[step.id] = index
         return value
+
+    @model_validator(mode="after")
+    def _follow_up_step(self) -> Runbook:
+        follow = self.propose_on_failure
+        if follow is not None and follow.after_step is not None and follow.after_step not in {
+                step.id for step in self.steps}:
+            raise ValueError(f"propose_on_failure.after_step: no step {follow.after_step!r}")
+        return self
 
 
 DEFAULT_REQUIRED = {"low": 0, "medium": 1, "high": 2}

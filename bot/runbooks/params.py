@@ -61,10 +61,13 @@ class Inventory:
     slurm: frozenset[str] = frozenset()
     kubernetes: frozenset[str] = frozenset()
     names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # the configuration's MIG layouts (mig.layouts): name -> MIG devices per GPU
+    mig_layouts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     def facts(self) -> dict[str, Any]:
         return {
             "nodes": self.nodes, "slurm": self.slurm, "kubernetes": self.kubernetes,
+            "mig_layouts": {name: dict(devices) for name, devices in self.mig_layouts.items()},
             **{f"{system}_name": _Names(self.names.get(system, {}))
                for system in ("slurm", "kubernetes", "dcgm")},
         }
@@ -122,7 +125,10 @@ def validate(runbook: Runbook, raw: Mapping[str, Any], inventory: Inventory) -> 
 
 
 def default_problem(spec: ParamSpec) -> str | None:
-    """Why ``spec.default`` would be refused (a node default is checked per run), or None."""
+    """Why ``spec.default`` would be refused (a node default is checked per run, a MIG layout
+    against the configuration per request), or None."""
+    if spec.type == "mig_layout":
+        return None
     problems: list[str] = []
     _convert("default", spec, spec.default, Inventory(), problems)
     return problems[0].removeprefix("default: ") if problems else None
@@ -196,7 +202,8 @@ def _describe(spec: ParamSpec) -> str:
     if spec.description:
         return spec.description
     return {"node": "a node name like gpu07", "nodes": "a hostlist like gpu[01-04,07]",
-            "duration": "like 30m or 2h"}.get(
+            "duration": "like 30m or 2h",
+            "mig_layout": "a MIG layout the configuration lists (mig.layouts)"}.get(
         spec.type, f"a {spec.type}"
     )
 
@@ -312,6 +319,21 @@ def _version(spec: ParamSpec, value: Any, _: Inventory) -> str:
     return text
 
 
+def _mig_layout(spec: ParamSpec, value: Any, inventory: Inventory) -> str:
+    """A MIG layout the configuration lists (``mig.layouts``), nothing else."""
+    text = str(value)
+    known = sorted(inventory.mig_layouts)
+    if text not in inventory.mig_layouts:
+        if not known:
+            raise ValueError(f'"{_short(text)}" is not a configured MIG layout (the '
+                             "configuration lists none: mig.layouts)")
+        hint = difflib.get_close_matches(text, known, n=1)
+        suggestion = f' (did you mean "{hint[0]}"?)' if hint else ""
+        raise ValueError(f'"{_short(text)}" is not a configured MIG layout{suggestion}; '
+                         f"allowed: {', '.join(known)}")
+    return text
+
+
 def _limits(spec: ParamSpec, number: float, shown: str) -> None:
     if spec.min is not None and number < spec.min:
         raise ValueError(f"{shown} is below the minimum {_num(spec.min, spec)}")
@@ -336,6 +358,7 @@ _CONVERTERS = {
     "duration": _duration,
     "enum": _enum,
     "version": _version,
+    "mig_layout": _mig_layout,
 }
 
 

@@ -20,7 +20,9 @@ from jinja2.sandbox import SandboxedEnvironment
 # Inventory facts a template may use: the pools (sets of the bot's node names) and each
 # node's name in another system (kubernetes_name[node]).
 FACTS = ("nodes", "slurm", "kubernetes", "slurm_name", "kubernetes_name", "dcgm_name",
-         "previous_driver_version")  # the version before the last gpu_operator change
+         "previous_driver_version",  # the version before the last gpu_operator change
+         "mig_layouts",  # the configuration's MIG layouts: name -> devices per GPU
+         "pools")  # the pool hand-off's marks: pools.label, .taint, .reason, .feature
 _SINGLE = re.compile(r"^\{\{\s*(.+?)\s*\}\}$", re.DOTALL)
 
 

@@ -89,6 +89,9 @@ class Kind(enum.StrEnum):
     PROPOSAL_DISMISSED = "proposal_dismissed"
     ALERT_RESOLVED = "alert_resolved"
     ALERT_REFIRED = "alert_refired"
+    # the breaker on automation (bot.alerts.breaker)
+    BREAKER_TRIPPED = "breaker_tripped"
+    BREAKER_RESET = "breaker_reset"
     # the audit log itself (bot.store.archive; the console's "Verify now")
     AUDIT_ARCHIVED = "audit_archived"
     CHAIN_VERIFIED = "chain_verified"

@@ -155,6 +155,11 @@ def _node_and_proposal_commands(add: _Add) -> None:
     p.add_argument("id", type=int)
     p.add_argument("--reason")
     p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+    p = add("breaker", "the breaker on automation: status, or reset it (approvers)")
+    p.add_argument("action", choices=["status", "reset"])
+    p.add_argument("--reason", help="reset: why automation may act again")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
 
 
 def _worker_commands(add: _Add) -> None:
@@ -732,6 +737,26 @@ def cmd_proposals(args: argparse.Namespace) -> int:
         resolved = ", alert resolved" if p.alert_status == "resolved" else ""
         print(f"{p.id:>5}  {p.state:<9} {p.alertname:<22} {node:<8} {p.runbook:<12} "
               f"{params_text(p.params)}  ({age} ago{resolved})")
+        if p.note:
+            print(f"       {p.note}")
+    return EXIT_OK
+
+
+def cmd_breaker(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
+    from bot.alerts import breaker
+
+    bot = _bot(args)
+    if args.action == "reset":
+        now = breaker.reset(bot, _user(args, bot), args.reason or "")
+    else:
+        now = breaker.status(bot)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(now), indent=2))
+    else:
+        print(breaker.status_text(now))
     return EXIT_OK
 
 
@@ -832,6 +857,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "node": cmd_node,
     "chat": cmd_chat,
     "proposal": cmd_proposal,
+    "breaker": cmd_breaker,
     "schedule": lambda a: cmd_scheduled(a, "schedule"),
     "window": lambda a: cmd_scheduled(a, "window"),
 }

@@ -1,7 +1,7 @@
 """``runbook node NAME...``: one node as Slurm, Kubernetes and the GPUs see it.
 
-Slurm: state, flags, reason (who, when), GPUs used, jobs. Kubernetes: cordon,
-readiness, taints, pods. Per GPU: last XID, temperature, ECC double-bit errors,
+The pool it serves now and its MIG layout. Slurm: state, flags, reason, GPUs used, jobs,
+Gres. Kubernetes: cordon, readiness, taints, pods. Per GPU: last XID, temperature, ECC DBE,
 utilisation and driver version, with ONE Prometheus query per metric for all GPUs
 of all the nodes asked about. Then the node's open and recent executions. A
 system that does not answer is shown as such; the rest of the view still comes.
@@ -9,13 +9,17 @@ system that does not answer is shown as such; the rest of the view still comes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.actions import ActionError
 from bot.execution import executions
+from bot.runbooks.inventory import serves_kubernetes, serves_slurm
 from bot.service import Service
 
+MIG_CONFIG, MIG_STATE = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
+MIG_PROFILE = re.compile(r"\b[1-7]g\.[0-9]+gb\b")
 GPU_METRICS = {
     "xid": "DCGM_FI_DEV_XID_ERRORS",
     "temp": "DCGM_FI_DEV_GPU_TEMP",
@@ -32,6 +36,9 @@ class NodeView:
     gpus: dict[str, dict[str, Any]] = field(default_factory=dict)  # gpu index -> values
     executions: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    pools: list[str] = field(default_factory=list)  # the pools it serves now
+    # its MIG layout: Kubernetes' mig.config label and state, Slurm's Gres
+    mig: dict[str, str] = field(default_factory=dict)
 
 
 def build(bot: Service, names: list[str]) -> list[NodeView]:
@@ -40,18 +47,48 @@ def build(bot: Service, names: list[str]) -> list[NodeView]:
     _kubernetes(bot, views)
     _gpus(bot, views)
     _executions(bot, views)
+    for view in views.values():
+        _pools(bot, view)
     return list(views.values())
+
+
+def _registered(bot: Service, system: str) -> frozenset[str]:
+    """The nodes ``system`` knows, whichever pool they serve now (a hand-off node is in both)."""
+    inventory = bot.inventory
+    return frozenset(getattr(inventory, f"in_{system}", getattr(inventory, system)))
+
+
+def _pools(bot: Service, view: NodeView) -> None:
+    """Which pools the node serves, from what Slurm and Kubernetes said just now (the
+    inventory's rule: the drain reason, the pool label); the inventory when they did not."""
+    found = []
+    if view.slurm is not None:
+        if view.slurm.get("serves_slurm"):
+            found.append("slurm")
+    elif view.name in bot.inventory.slurm:
+        found.append("slurm")
+    if view.kubernetes is not None:
+        if view.kubernetes.get("serves_kubernetes"):
+            found.append("kubernetes")
+    elif view.name in bot.inventory.kubernetes:
+        found.append("kubernetes")
+    view.pools = found
 
 
 def _slurm(bot: Service, views: dict[str, NodeView]) -> None:
     backend = bot.backends.get("slurm")
     wanted = {bot.inventory.facts()["slurm_name"][n]: n for n in views
-              if n in bot.inventory.slurm}
+              if n in _registered(bot, "slurm")}
     if backend is None or not wanted:
         return
     try:
         for info in backend.nodes(sorted(wanted)):
-            views[wanted[info.name]].slurm = info.as_dict()
+            views[wanted[info.name]].slurm = {
+                **info.as_dict(), "gres": info.gres, "features": sorted(info.features),
+                "serves_slurm": serves_slurm(info.reason if "DRAIN" in info.flags else None,
+                                             bot.config.pools)}
+            if MIG_PROFILE.search(info.gres):  # gpu:3g.40gb:16: MIG devices
+                views[wanted[info.name]].mig["slurm_gres"] = info.gres
     except ActionError as exc:
         for name in wanted.values():
             views[name].problems.append(f"Slurm: {exc}")
@@ -60,7 +97,7 @@ def _slurm(bot: Service, views: dict[str, NodeView]) -> None:
 def _kubernetes(bot: Service, views: dict[str, NodeView]) -> None:
     backend = bot.backends.get("kubernetes")
     wanted = {bot.inventory.facts()["kubernetes_name"][n]: n for n in views
-              if n in bot.inventory.kubernetes}
+              if n in _registered(bot, "kubernetes")}
     if backend is None or not wanted:
         return
     try:
@@ -72,7 +109,12 @@ def _kubernetes(bot: Service, views: dict[str, NodeView]) -> None:
                 "taints": [t.describe() for t in node.taints],
                 "gpus_allocatable": node.gpus_allocatable,
                 "pods": [p.describe() for p in pods],
+                "pool_label": node.labels.get(bot.config.pools.label),
+                "serves_kubernetes": serves_kubernetes(node.labels.get(bot.config.pools.label)),
             }
+            views[name].mig.update({key: node.labels[label] for key, label in
+                                    (("config", MIG_CONFIG), ("state", MIG_STATE))
+                                    if label in node.labels})
     except ActionError as exc:
         for name in wanted.values():
             views[name].problems.append(f"Kubernetes: {exc}")
@@ -107,18 +149,22 @@ def _executions(bot: Service, views: dict[str, NodeView]) -> None:
         for name, view in views.items():
             view.executions = [{"id": ex.id, "runbook": ex.runbook, "state": ex.state,
                                 "requested_at": ex.requested_at,
-                                "requested_by": ex.requested_by}
+                                "requested_by": ex.requested_by,
+                                "to": (ex.params or {}).get("to")}  # handoff-node's move
                                for ex in executions.find(conn, node=name, limit=10)]
 
 
 def text(view: NodeView) -> str:
-    lines = [f"node {view.name}"]
+    lines = [f"node {view.name}: serves {' and '.join(view.pools) or 'no pool'}"]
+    if view.mig:
+        lines.append("  MIG: " + _mig(view.mig))
     if view.slurm is not None:
         s = view.slurm
         flags = "+".join(sorted(s.get("flags", [])))
         jobs = s.get("jobs") or "-"
+        gres = f", gres {s['gres']}" if s.get("gres") else ""
         lines.append(f"  Slurm: {s.get('state')}{'+' + flags if flags else ''}, GPUs "
-                     f"{s.get('gpus_used')}/{s.get('gpus_total')} used, jobs {jobs}")
+                     f"{s.get('gpus_used')}/{s.get('gpus_total')} used, jobs {jobs}{gres}")
         if s.get("reason"):
             lines.append(f"    reason: {s['reason']} ({s.get('reason_user') or '?'}, "
                          f"{s.get('reason_time') or '?'})")
@@ -135,10 +181,22 @@ def text(view: NodeView) -> str:
             lines.append(f"  {gpu:>3}  {_n(v.get('xid')):>3}  {_n(v.get('temp')):>4}  "
                          f"{_n(v.get('ecc_dbe')):>7}  {_n(v.get('util')):>4}  {v.get('driver')}")
     for ex in view.executions:
-        lines.append(f"  execution {ex['id']}: {ex['runbook']} {ex['state']} "
+        moved = f" to={ex['to']}" if ex.get("to") else ""
+        lines.append(f"  execution {ex['id']}: {ex['runbook']}{moved} {ex['state']} "
                      f"({ex['requested_by']}, {ex['requested_at'][:19]})")
     lines += [f"  ! {p}" for p in view.problems]
     return "\n".join(lines)
+
+
+def _mig(mig: dict[str, str]) -> str:
+    """``layout all-3g.40gb (success), Slurm gres gpu:3g.40gb:16``."""
+    parts = []
+    if "config" in mig or "state" in mig:
+        state = f" ({mig['state']})" if "state" in mig else ""
+        parts.append(f"layout {mig.get('config', '?')}{state}")
+    if "slurm_gres" in mig:
+        parts.append(f"Slurm gres {mig['slurm_gres']}")
+    return ", ".join(parts)
 
 
 def _n(value: Any) -> str:

@@ -41,6 +41,13 @@ def plan_text(plan: Plan) -> str:
     lines += _checks("post-checks", plan.post_checks)
     if plan.on_failure == "leave":
         lines.append("on failure: completed steps are left as they are")
+    if plan.propose_on_failure:
+        follow = plan.propose_on_failure
+        when = (f"if step {follow['after_step']} fails" if follow.get("after_step")
+                else "if it fails")
+        lines.append(f"{when}: propose {follow['runbook']} "
+                     f"{params_text(follow['params'])} (a person decides to run it)")
+    lines += [f"WARNING: {warning}" for warning in plan.warnings]
     lines.append(f"plan hash: {plan.hash}")
     return "\n".join(lines)
 

@@ -193,7 +193,8 @@ def test_xid_79_becomes_one_swap_gpu_proposal(lab: Lab, served: Any) -> None:
         elapsed = time.monotonic() - started
         found = [p for p in proposals(env) if p["runbook"] == "swap-gpu"]
         assert found[0]["params"] == {"node": "gpu02", "gpu": "3", "reason": "XID 79 on GPU 3"}
-        assert found[0]["alertname"] == "GpuXidFallenOffBus"
+        assert found[0]["alertname"] == "GpuXid"  # through the XID table: 79 is swap
+        assert found[0]["note"] == "XID 79: swap (remediation.xid)"
         time.sleep(3)  # Prometheus re-sends the firing alert every 2 s: still one proposal
         assert len([p for p in proposals(env) if p["runbook"] == "swap-gpu"]) == 1
         print(f"fault to proposal: {elapsed:.1f}s")

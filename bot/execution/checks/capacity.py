@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -16,13 +17,17 @@ from adapters.actions import ActionError
 from adapters.kubernetes.backend import KubernetesBackend
 from adapters.slurm.backend import SlurmBackend
 from bot.config import PoolFloors
+from bot.config_remediation import PoolsConfig
 from bot.execution.checks.core import Outcome
 from bot.execution.planning import PlannedCheck
+from bot.runbooks.inventory import serves_kubernetes
 from bot.runbooks.params import Inventory
 
 
 class CapacityEvaluator:
-    """Evaluates ``capacity: {pool_of: "{{ node }}", min_free_gpus_after: 16}``.
+    """Evaluates ``capacity: {pool_of: "{{ node }}", min_free_gpus_after: 16}``, optionally
+    with ``pool: slurm|kubernetes`` (only that pool, whichever the inventory says the node
+    serves: handoff-node names the pool that gives the node away).
 
     Free GPUs now: Slurm, GRES total minus used on nodes in service (responding, not
     drained, not down); Kubernetes, allocatable ``nvidia.com/gpu`` minus the requests of
@@ -37,14 +42,18 @@ class CapacityEvaluator:
     so (``below_site_floor`` in its extra) and is not overridden.
     """
 
-    def __init__(self, inventory: Inventory, slurm: SlurmBackend | None = None,
+    def __init__(self, inventory: Inventory | Callable[[], Inventory],
+                 slurm: SlurmBackend | None = None,
                  kubernetes: KubernetesBackend | None = None,
                  kubernetes_selector: str | None = None,
-                 site_floors: PoolFloors | None = None) -> None:
-        self._inventory = inventory
+                 site_floors: PoolFloors | None = None,
+                 pools: PoolsConfig | None = None) -> None:
+        # a long-running bot's inventory is listed again as pools change (LiveInventory)
+        self._inventory_of = inventory if callable(inventory) else (lambda: inventory)
         self._slurm = slurm
         self._kubernetes = kubernetes
         self._selector = kubernetes_selector
+        self._label = (pools or PoolsConfig()).label  # a node labelled slurm serves Slurm
         floors = site_floors or PoolFloors()
         self._site = {"Slurm": floors.slurm, "Kubernetes": floors.kubernetes}
 
@@ -55,22 +64,17 @@ class CapacityEvaluator:
             floor = int(spec.get("min_free_gpus_after", 0))
         except (TypeError, ValueError):
             return Outcome(False, None, "min_free_gpus_after must be a whole number")
-        pools = []
+        wanted = str(spec.get("pool") or "")
+        if wanted not in ("", "slurm", "kubernetes"):
+            return Outcome(False, None, f"pool must be slurm or kubernetes, not {wanted!r}")
         try:
-            if node in self._inventory.slurm and self._slurm is not None:
-                pools.append(("Slurm", *self._slurm_free(self._inventory.names
-                                                         .get("slurm", {}).get(node, node))))
-            if node in self._inventory.kubernetes and self._kubernetes is not None:
-                # an API server that does not answer fails the check within its timeout
-                until = min(deadline, time.monotonic() + check.timeout_seconds)
-                with _within(self._kubernetes, until):
-                    pools.append(("Kubernetes", *self._k8s_free(self._inventory.names
-                                                                .get("kubernetes", {})
-                                                                .get(node, node))))
+            pools = self._pools(node, wanted, check, deadline)
         except ActionError as exc:
             return Outcome(False, None, f"cannot count free GPUs: {exc}")
         if not pools:
-            return Outcome(False, None, f"{node} is in no pool the bot can count GPUs of")
+            where = (f"the {wanted} pool: {wanted} is not configured" if wanted
+                     else "no pool the bot can count GPUs of")
+            return Outcome(False, None, f"{node} is in {where}")
         lowest = min(after for _, _, after in pools)
         details, passed, below_site = [], True, False
         for name, now, after in pools:
@@ -86,6 +90,25 @@ class CapacityEvaluator:
                        {"pools": {name: {"now": now, "after": after, "site_floor": self._site[name]}
                                   for name, now, after in pools}, "floor": floor,
                         "below_site_floor": below_site})
+
+    def _pools(self, node: str, wanted: str, check: PlannedCheck,
+               deadline: float) -> list[tuple[str, int, int]]:
+        """(pool, free now, free after) for the pools ``node`` serves, or for ``wanted``
+        alone (handoff-node names the pool that gives the node)."""
+        pools = []
+        inventory = self._inventory_of()
+        names = inventory.names
+        in_slurm = node in inventory.slurm if not wanted else wanted == "slurm"
+        in_k8s = node in inventory.kubernetes if not wanted else wanted == "kubernetes"
+        if in_slurm and self._slurm is not None:
+            pools.append(("Slurm", *self._slurm_free(names.get("slurm", {}).get(node, node))))
+        if in_k8s and self._kubernetes is not None:
+            # an API server that does not answer fails the check within its timeout
+            until = min(deadline, time.monotonic() + check.timeout_seconds)
+            with _within(self._kubernetes, until):
+                pools.append(("Kubernetes", *self._k8s_free(names.get("kubernetes", {})
+                                                            .get(node, node))))
+        return pools
 
     def _slurm_free(self, node: str) -> tuple[int, int]:
         assert self._slurm is not None
@@ -104,7 +127,7 @@ class CapacityEvaluator:
                 requested[pod.node] += pod.gpus_requested
         free = {n.name: max(0, n.gpus_allocatable - requested[n.name])
                 for n in self._kubernetes.list_nodes(self._selector)
-                if n.ready and not n.unschedulable}
+                if n.ready and not n.unschedulable and serves_kubernetes(n.labels.get(self._label))}
         now = sum(free.values())
         return now, now - free.get(node, 0)
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 
 from adapters.actions import ActionError
-from bot.alerts import proposing
+from bot.alerts import breaker, proposing
 from bot.execution import executions
 from bot.execution.planning import approval_policy
 from bot.runbooks.model import STEP_ID
@@ -38,6 +38,7 @@ runbook commands:
   confirm ID [yes|no]           answer the question a running step asks
   proposals                     runbooks proposed by alerts
   proposal run ID | proposal dismiss ID [reason]
+  breaker [status] | breaker reset REASON   automation's breaker (reset: approvers)
   schedule add NAME key=value... cron="0 2 * * SAT" [tz=Europe/Istanbul] [approve=ahead]
   schedule add NAME key=value... at="2026-12-05 02:00" [tz=ZONE] [approve=ahead]
   schedule [list [all]] | show ID | approve ID | pause ID | resume ID | remove ID
@@ -107,6 +108,8 @@ def kind_of(line: str) -> str:
     if verb in DECIDE_VERBS or (verb in NOUNS_WITH_READS and sub == "approve"):
         return "decide"
     if verb in NOUNS_WITH_READS and sub in ("list", "show"):
+        return "read"
+    if verb == "breaker" and sub in ("list", "status"):
         return "read"
     return "act"
 
@@ -238,7 +241,7 @@ def _proposals(bot: Service, args: list[str], user: str) -> Reply:
 
     found = proposing.listing(bot)
     lines = [f"{p.id}: {p.alertname} -> {p.runbook} {params_text(p.params)}"
-             for p in found]
+             + (f" ({p.note})" if p.note else "") for p in found]
     return Reply("\n".join(lines) or "no open proposals")
 
 
@@ -257,11 +260,21 @@ def _proposal(bot: Service, args: list[str], user: str) -> Reply:
     return Reply(f"proposal {proposal.id}: dismissed by {user}")
 
 
+def _breaker(bot: Service, args: list[str], user: str) -> Reply:
+    usage = "breaker [status] | breaker reset REASON"
+    if not args or args[0].lower() == "status":
+        return Reply(breaker.status_text(breaker.status(bot)))
+    if args[0].lower() != "reset" or len(args) < 2:
+        raise _Usage(usage)
+    now = breaker.reset(bot, user, " ".join(args[1:]))
+    return Reply(f"breaker reset by {user}\n{breaker.status_text(now)}")
+
+
 COMMANDS: dict[str, Command] = {
     "help": _help, "list": _list, "describe": _describe, "plan": _plan, "run": _run,
     "approve": _approve, "deny": _deny, "cancel": _cancel, "status": _status, "show": _show,
     "history": _history, "node": _node, "confirm": _confirm, "proposals": _proposals,
-    "proposal": _proposal,
+    "proposal": _proposal, "breaker": _breaker,
     "schedule": lambda bot, args, user: scheduled.schedule(bot, args, user),
     "window": lambda bot, args, user: scheduled.window(bot, args, user),
 }

@@ -5,6 +5,7 @@ plan, hostlists expanded), newest first."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,17 +71,28 @@ def touching(conn: Connection, node: str, limit: int, before: int | None,
     whose runbook ``may_see`` accepts."""
     query = (select(executions.c.id, executions.c.runbook, executions.c.version,
                     executions.c.state, executions.c.requested_by, executions.c.requested_at,
-                    executions.c.finished_at)
+                    executions.c.finished_at, executions.c.params)
              .join(execution_nodes, execution_nodes.c.execution_id == executions.c.id)
              .where(execution_nodes.c.node == node)
              .order_by(executions.c.id.desc()).limit(limit + 1))
     if before is not None:
         query = query.where(executions.c.id < before)
-    rows = [dict(row) for row in conn.execute(query).mappings()]
+    rows = [_moved(dict(row)) for row in conn.execute(query).mappings()]
     more = len(rows) > limit
     rows = rows[:limit]
     older = rows[-1]["id"] if more and rows else None
     return Touched([row for row in rows if may_see(row["runbook"])], older)
+
+
+def _moved(row: dict[str, Any]) -> dict[str, Any]:
+    """Only handoff-node's ``to`` of the parameters (others may be secret) stays."""
+    params = row.pop("params", None)
+    try:
+        to = json.loads(params).get("to") if isinstance(params, str) else None
+    except (ValueError, AttributeError):
+        to = None
+    row["to"] = to if isinstance(to, str) else None
+    return row
 
 
 def _view(ask: Ask, name: str) -> tuple[nodeview.NodeView | None, list[str]]:
@@ -96,8 +108,9 @@ def _systems(ask: Ask, name: str) -> dict[str, str]:
     """Why a system shows nothing for this node: not configured, or not in its pool."""
     inventory, backends = ask.bot.inventory, ask.bot.backends
     found = {}
-    for system, pool, label in (("slurm", inventory.slurm, "Slurm"),
-                                ("kubernetes", inventory.kubernetes, "Kubernetes")):
+    for system, label in (("slurm", "Slurm"), ("kubernetes", "Kubernetes")):
+        # a hand-off node is known to both systems, whichever pool it serves now
+        pool = getattr(inventory, f"in_{system}", getattr(inventory, system))
         if backends.get(system) is None:
             found[system] = f"{label} is not configured for the bot"
         elif name not in pool:

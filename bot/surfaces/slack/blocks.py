@@ -176,6 +176,8 @@ def proposal_message(proposal: Any) -> Message:
             f"(proposal {proposal.id}, alert {proposal.alert_status})")
     blocks = [_section(head)]
     if proposal.state == "open":
+        if proposal.note:  # why this runbook: the XID table, a repeat offender
+            blocks.append(_context(proposal.note))
         value = str(proposal.id)
         blocks.append({"type": "actions", "block_id": f"proposal-{proposal.id}", "elements": [
             _button("Run", "run_proposal", value, "primary"),

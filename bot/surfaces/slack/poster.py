@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from bot.alerts import proposing
+from bot.alerts import breaker, proposing
 from bot.execution import confirming, executions
 from bot.execution.executions import Execution
 from bot.service import Service
@@ -98,6 +98,7 @@ class Poster:
         self._post_new_executions()
         self._update_executions()
         self._proposals()
+        self._breaker()
 
     # --- executions -----------------------------------------------------------------
 
@@ -206,6 +207,20 @@ class Poster:
             if proposal.state != "open" and (proposal.state != "started"
                                              or proposal.execution_id is not None):
                 self._set(subject, final=1)
+
+    # --- the breaker ------------------------------------------------------------------------
+
+    def _breaker(self) -> None:
+        """Say once in the channel that the breaker tripped (whichever replica posts)."""
+        tripped = breaker.tripped(self.bot)
+        if tripped is None:
+            return
+        seq, reason = tripped
+        text = (f":rotating_light: The breaker on automation tripped: {reason}. Alerts "
+                "propose nothing and auto_run stops until an approver resets it "
+                "(`/runbook breaker reset REASON`).")
+        self._post(f"breaker:{seq}", Message(text, [
+            {"type": "section", "text": {"type": "mrkdwn", "text": text}}]))
 
     # --- the chat_messages rows -------------------------------------------------------------
 

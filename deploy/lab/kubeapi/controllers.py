@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 
-from . import policy
+from . import mig, policy
 from .cluster import Cluster, selects, set_crashing, tolerates
 from .errors import Obj
 from .faults import node_faults, record_driver
@@ -320,6 +320,7 @@ class ControllerLoop(threading.Thread):
                 if now - last_upgrade >= upgrade_step(self.cluster):
                     upgrade_tick(self.cluster)
                     last_upgrade = now
+                mig.tick(self.cluster)
                 if now - last_save >= 1.0:
                     self.cluster.store.save()
                     last_save = now

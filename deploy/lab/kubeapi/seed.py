@@ -31,6 +31,12 @@ GPUS_PER_POD = 2
 PDB_NAME = "inference-pdb"
 # Serving pods per node in seed order: 10 pods, at most 4 per node (8 GPUs, 2 each).
 PODS_PER_NODE = [3, 2, 2, 3]
+# Slurm nodes registered here too while they serve Slurm (handoff-node moves them): the
+# bot's pool label says slurm and its NoSchedule taint keeps serving pods off; the GPU
+# Operator's DaemonSets tolerate it (the driver serves Slurm jobs too).
+HANDOFF_NODES = ["gpu04"]
+HANDOFF_POOL = "gpu-runbook-bot/pool"
+HANDOFF_TOLERATION = {"key": HANDOFF_POOL, "operator": "Exists", "effect": "NoSchedule"}
 
 
 def node(name: str, index: int, driver: str) -> Obj:
@@ -77,6 +83,13 @@ def node(name: str, index: int, driver: str) -> Obj:
     }
 
 
+def serving_slurm(obj: Obj) -> Obj:
+    """A hand-off node while it serves Slurm: the pool label and taint (not cordoned)."""
+    obj["metadata"]["labels"][HANDOFF_POOL] = "slurm"
+    obj["spec"]["taints"] = [{"key": HANDOFF_POOL, "value": "slurm", "effect": "NoSchedule"}]
+    return obj
+
+
 def serving_template() -> Obj:
     labels = {"app": APP, "pod-template-hash": RS_HASH}
     return {"metadata": {"labels": labels}, "spec": {
@@ -101,7 +114,7 @@ def daemonset(name: str, image: str) -> Obj:
                      "template": {"metadata": {"labels": labels}, "spec": {
                          "nodeSelector": {"nvidia.com/gpu.present": "true"},
                          "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
-                                          "effect": "NoSchedule"}],
+                                          "effect": "NoSchedule"}, HANDOFF_TOLERATION],
                          "containers": [{"name": name.removeprefix("nvidia-"),
                                          "image": image}],
                          "terminationGracePeriodSeconds": 30}}}}
@@ -132,9 +145,10 @@ def seed(cluster: Cluster, nodes: list[str], default_driver: str) -> None:
         store.create(by_kind("Namespace"), "", {"metadata": {"name": ns},
                                                 "spec": {"finalizers": ["kubernetes"]},
                                                 "status": {"phase": "Active"}})
-    for i, name in enumerate(nodes):
+    for i, name in enumerate([*nodes, *HANDOFF_NODES]):
         # Every node starts on the ClusterPolicy's version; its fault file agrees.
-        store.create(by_kind("Node"), "", node(name, i, default_driver))
+        store.create(by_kind("Node"), "", serving_slurm(node(name, i, default_driver))
+                     if name in HANDOFF_NODES else node(name, i, default_driver))
         record_driver(cluster.faults_dir, name, default_driver)
         store.create(by_kind("Lease"), "kube-node-lease", {
             "metadata": {"name": name},
@@ -145,7 +159,7 @@ def seed(cluster: Cluster, nodes: list[str], default_driver: str) -> None:
               VALIDATOR_DS: "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v23.9.2"}
     for name, image in images.items():
         ds = store.create(by_kind("DaemonSet"), OPERATOR_NS, daemonset(name, image))
-        for node_name in nodes:
+        for node_name in [*nodes, *HANDOFF_NODES]:
             ready_pod(cluster, pod_from_template(ds, node_name))
     seed_serving(cluster, nodes)
 

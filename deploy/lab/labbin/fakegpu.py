@@ -103,7 +103,32 @@ def nvidia_smi(args: list[str]) -> int:
             uuid = f"GPU-00000000-0000-0000-0000-{i:012d}"
             print(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: {uuid})")
         return 0
+    if "-pm" in args or "-r" in args:
+        return gpu_reset(args)
     print(f"NVIDIA-SMI {version}    Driver Version: {version}    CUDA Version: 12.4")
+    return 0
+
+
+PCI_BUSES = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]  # as deploy/lab/dcgm
+
+
+def gpu_reset(args: list[str]) -> int:
+    """`nvidia-smi -pm 0 -i N` and `nvidia-smi -r -i N`; the reset fails on `reset=fail`."""
+    index = args[args.index("-i") + 1] if "-i" in args[:-1] else ""
+    if not index.isdigit() or int(index) >= GPUS:
+        print("No devices were found", file=sys.stderr)
+        return 6
+    bus = f"00000000:{PCI_BUSES[int(index)]}:00.0"
+    if "-pm" in args:
+        print(f"Disabled persistence mode for GPU {bus}.\nAll done.")
+        return 0
+    if faults(node()).get("reset") == "fail":
+        print("Unable to reset this GPU because it's being used by some other process (e.g. "
+              "CUDA application, graphics application like X server, monitoring application "
+              "like other instance of nvidia-smi). Please first kill all processes using this "
+              "GPU and all compute applications running in the system.", file=sys.stderr)
+        return 255
+    print(f"GPU {bus} was successfully reset.\nAll done.")
     return 0
 
 
@@ -160,8 +185,39 @@ def reboot(args: list[str]) -> int:
     return 0
 
 
+def mig_parted(args: list[str]) -> int:
+    """`nvidia-mig-parted apply -f CONFIG -c LAYOUT`: a layout of CONFIG (written by the lab)
+    becomes this node's, in $LAB/state/mig/<node>; fails on `lab fault NODE mig=fail`.
+    `lab mig-reload NODE` then makes gres.conf and slurm.conf follow it."""
+    if args[:1] != ["apply"] or "-f" not in args[:-1] or "-c" not in args[:-1]:
+        print("usage: nvidia-mig-parted apply -f CONFIG -c LAYOUT", file=sys.stderr)
+        return 2
+    wanted = args[args.index("-c") + 1]
+    try:
+        configs = json.loads(Path(args[args.index("-f") + 1]).read_text())["mig-configs"]
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error parsing the configuration file: {exc}", file=sys.stderr)
+        return 1
+    name = node()
+    if wanted not in configs:
+        print(f"error: unknown config {wanted!r} (known: {', '.join(sorted(configs))})",
+              file=sys.stderr)
+        return 1
+    if faults(name).get("mig") == "fail":
+        print(f"error applying MIG configuration {wanted} on {name}: "
+              "GPU 0: in use by another client", file=sys.stderr)
+        return 1
+    state = LAB / "state" / "mig"
+    state.mkdir(parents=True, exist_ok=True)
+    tmp = state / f".{name}.{os.getpid()}"
+    tmp.write_text(json.dumps({"node": name, "layout": wanted}) + "\n")
+    tmp.replace(state / name)
+    print(f"{name}: MIG configuration {wanted} applied")
+    return 0
+
+
 TOOLS = {"dcgmi": dcgmi, "nvidia-smi": nvidia_smi, "lab-driver-install": driver_install,
-         "lab-reboot": reboot}
+         "lab-reboot": reboot, "nvidia-mig-parted": mig_parted}
 
 if __name__ == "__main__":
     tool = TOOLS.get(Path(sys.argv[0]).name)

@@ -19,6 +19,7 @@ from . import (
     etcd,
     faults,
     kube,
+    mig,
     monitoring,
     otlp,
     packages,
@@ -246,6 +247,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             render.write_slurm_files(layout, ports_of(info), info["nodes"])
             write_secret(layout.jwt_key, 32)
         faults.install_tools(layout)
+        mig.write_config(layout)  # nvidia-mig-parted's config and the MIG device files
         info["daemons"] = daemon_table(layout, info)  # lets `down` clean up a failed start
         layout.write_info(info)
         started = bring_up(layout, info)
@@ -429,6 +431,32 @@ def cmd_service(args: argparse.Namespace) -> int:
         info["daemons"] = daemon_table(layout, info)
         layout.write_info(info)
     print(f"{daemon.name}: {args.action} done")
+    return 0
+
+
+def cmd_mig_reload(args: argparse.Namespace) -> int:
+    """The site's Slurm side of a MIG change: gres.conf and the node's Gres= in slurm.conf
+    follow the node's layout; Slurm 22.05 needs slurmctld restarted (reconfigure leaves the
+    node's CfgTRES stale and job steps fail) and the node's slurmd restarted, in this order
+    with slurmd stopped meanwhile, so the node never registers against the old Gres."""
+    layout = Layout(lab_dir())
+    info = layout.read_info()
+    if args.node not in info.get("slurmd_nodes", []):
+        raise LabError(f"{args.node} runs no slurmd in this lab")
+    everything = registry(layout, ports_of(info), info["nodes"], info["slurmd_nodes"])
+    by_name = {x.name: x for x in everything}
+    with locked(layout):
+        render.write_slurm_files(layout, ports_of(info), info["nodes"])
+        procs.stop(layout, [f"slurmd-{args.node}", "slurmctld"])
+        d.start(layout, by_name["slurmctld"])
+        for x in everything:
+            if x.name.startswith("slurmd-") and procs.running_pid(layout, x.name):
+                d.wait_for(x.ready, x.name, x.logs)
+        d.start(layout, by_name[f"slurmd-{args.node}"])
+        info["daemons"] = daemon_table(layout, info)
+        layout.write_info(info)
+    print(f"{args.node}: Gres={mig.slurm_gres(layout, args.node)}; slurmctld and "
+          f"slurmd-{args.node} restarted")
     return 0
 
 
@@ -643,6 +671,10 @@ def parser() -> argparse.ArgumentParser:
                      "slurmd-gpuNN")
     svc.add_argument("action", choices=["stop", "start", "restart", "reboot", "status"])
     svc.set_defaults(func=cmd_service)
+    mr = sub.add_parser("mig-reload", help="gres.conf and slurm.conf follow NODE's MIG layout "
+                        "(nvidia-mig-parted apply); restart slurmctld and NODE's slurmd")
+    mr.add_argument("node")
+    mr.set_defaults(func=cmd_mig_reload)
     sw = sub.add_parser("etcd-switch", help="restart the lab's etcd on another data directory "
                         "(a restored snapshot); later starts keep using it")
     sw.add_argument("data_dir", help="an etcd data directory holding member/ "

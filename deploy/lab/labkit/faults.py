@@ -10,10 +10,11 @@ from . import gpufaults
 from .layout import DEFAULT_DRIVER, Info, LabError, Layout
 
 FAKE_TOOLS = Path(__file__).resolve().parent.parent / "labbin" / "fakegpu.py"
-TOOL_NAMES = ["dcgmi", "nvidia-smi", "lab-driver-install", "lab-reboot"]
+TOOL_NAMES = ["dcgmi", "nvidia-smi", "lab-driver-install", "lab-reboot", "nvidia-mig-parted"]
 LAB_COMMAND = Path(__file__).resolve().parent.parent / "lab"
 CHOICES = {"health": {"pass", "fail"}, "api": {"500", "hang", "ok"},
-           "upgrade": {"fail", "ok"}}
+           "upgrade": {"fail", "ok"}, "reset": {"fail", "ok"},
+           "mig": {"fail", "ok"}}
 
 
 def install_tools(layout: Layout) -> None:

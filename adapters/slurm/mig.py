@@ -1,0 +1,183 @@
+"""``slurm.mig_apply`` and ``slurm.check_gres``: apply a MIG layout on a node inside its
+maintenance reservation (an allow-listed node command, like ``nvidia-mig-parted apply``),
+and check that Slurm publishes the node's GPUs as the layout says (``scontrol show node``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from typing import Any, ClassVar
+
+from pydantic import Field, field_validator
+
+from adapters.actions import (
+    ActionContext,
+    ActionError,
+    ActionResult,
+    ActionTimeout,
+    Seconds,
+    StrictArguments,
+)
+from adapters.host import OUTPUT_LIMIT, allowed_argv
+from adapters.slurm import commands
+from adapters.slurm.actions import NAME_PATTERN, _SlurmAction
+from adapters.slurm.health import verdict
+from kit.durations import format_duration
+
+LAYOUT = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+PROFILE = re.compile(r"^[1-7]g\.[0-9]{1,3}gb$")
+_GRES = re.compile(r"^gpu:([^:(,]+):(\d+)")
+
+
+class MigApplyArguments(StrictArguments):
+    node: str = Field(pattern=NAME_PATTERN)
+    reservation: str = Field(pattern=NAME_PATTERN)
+    layout: str = Field(pattern=LAYOUT)
+    command: str = "mig-apply"  # slurm.commands: takes the layout as its last argument
+    resume_timeout: Seconds = 60.0
+
+
+class CheckGresArguments(StrictArguments):
+    node: str = Field(pattern=NAME_PATTERN)
+    per_gpu: dict[str, int] = Field(description="MIG devices per GPU ({}: MIG off)")
+    gpus: int | None = Field(default=None, ge=1, le=64)  # default: count them on the node
+    reservation: str | None = Field(default=None, pattern=NAME_PATTERN)
+    count_command: str = "gpu-count"  # slurm.commands: one line per physical GPU
+    timeout: Seconds = 120.0
+    poll: Seconds = 1.0
+
+    @field_validator("per_gpu")
+    @classmethod
+    def _profiles(cls, value: dict[str, int]) -> dict[str, int]:
+        for profile, count in value.items():
+            if not PROFILE.match(profile) or not 1 <= count <= 7:
+                raise ValueError(f"{profile}: {count} is not a MIG profile like 3g.40gb with "
+                                 "1 to 7 devices per GPU")
+        return value
+
+
+def gres_types(gres: str) -> dict[str, int]:
+    """``gpu:3g.40gb:16(S:0),gpu:1g.10gb:7`` -> {3g.40gb: 16, 1g.10gb: 7}; untyped: ``gpu``."""
+    found: dict[str, int] = {}
+    for part in re.split(r",(?=gpu:)", gres or ""):
+        typed = _GRES.match(part)
+        if typed:
+            found[typed.group(1)] = found.get(typed.group(1), 0) + int(typed.group(2))
+        elif re.match(r"^gpu:(\d+)", part):
+            found["gpu"] = found.get("gpu", 0) + int(part.split(":")[1].split("(")[0])
+    return found
+
+
+class MigApplyAction(_SlurmAction):
+    """srun cannot start anything on a drained node, so the node is resumed inside its
+    MAINT reservation (which must hold it) first; the reservation keeps jobs off it. A
+    failed command fails the step with the tool's verdict; what happens to the node is the
+    runbook's undo (mig-reconfigure resumes it)."""
+
+    name: ClassVar[str] = "slurm.mig_apply"
+    Arguments: ClassVar[type[StrictArguments]] = MigApplyArguments
+
+    def _argv(self, args: MigApplyArguments) -> list[str]:
+        return allowed_argv(self.config.commands, args.command, [args.layout], "node command",
+                            "slurm.commands")[1]
+
+    def plan(self, args: MigApplyArguments) -> list[str]:
+        env = self.config.commands[args.command].env if args.command in self.config.commands \
+            else {}
+        return [
+            commands.show(commands.update_nodes([args.node], "RESUME", None))
+            + f" (inside reservation {args.reservation}: no other job lands there)",
+            commands.show(commands.srun(args.node, args.reservation, self._argv(args), env)),
+        ]
+
+    def run(self, args: MigApplyArguments, ctx: ActionContext) -> ActionResult:
+        argv = self._argv(args)
+        found = next((r for r in self.backend.reservations() if r.name == args.reservation),
+                     None)
+        if found is None or args.node not in found.nodes:
+            raise ActionError(f"reservation {args.reservation} with {args.node} does not "
+                              f"exist: without it, resuming {args.node} would let jobs in")
+        (node,) = self._read([args.node], with_jobs=False)
+        if "DRAIN" in node.flags or node.state == "down":
+            self.backend.update_nodes([args.node], "RESUME", None)
+            ctx.progress(f"resumed {args.node} inside reservation {args.reservation}")
+            self._wait_nodes([args.node], ctx, args.resume_timeout, 0.5,
+                             lambda n: n.responding and "DRAIN" not in n.flags, "responding")
+        ctx.checkpoint(f"about to apply {args.layout} on {args.node}")
+        command = self.config.commands[args.command]
+        timeout = max(1.0, min(command.timeout, ctx.remaining()))
+        code, out, err = self.backend.run_on_node(args.node, args.reservation, argv, timeout,
+                                                  command.env)
+        details: dict[str, Any] = {"argv": argv, "exit_code": code, "layout": args.layout,
+                                   "stdout": out[-OUTPUT_LIMIT:], "stderr": err[-OUTPUT_LIMIT:]}
+        if code != 0:
+            why = verdict(out, err, code)
+            raise ActionError(f"{shlex.join(argv)} on {args.node} failed ({why}): the GPUs "
+                              f"keep whatever layout the tool left (nvidia-smi mig -lgi on "
+                              f"{args.node} shows it)")
+        return ActionResult(f"MIG layout {args.layout} applied on {args.node}", details)
+
+
+class CheckGresAction(_SlurmAction):
+    name: ClassVar[str] = "slurm.check_gres"
+    Arguments: ClassVar[type[StrictArguments]] = CheckGresArguments
+
+    def plan(self, args: CheckGresArguments) -> list[str]:
+        lines = []
+        gpus = str(args.gpus) if args.gpus else "the GPUs counted"
+        if args.gpus is None:
+            argv = allowed_argv(self.config.commands, args.count_command, [], "node command",
+                                "slurm.commands")[1]
+            lines.append(commands.show(commands.srun(args.node, args.reservation, argv))
+                         + "  # one line per GPU")
+        wanted = (", ".join(f"gpu:{p}:{n} per GPU" for p, n in sorted(args.per_gpu.items()))
+                  if args.per_gpu else "one GPU type, no MIG profile, 1 per GPU")
+        lines.append(f"scontrol show node {args.node}: Gres must be {wanted} (times {gpus}) "
+                     f"and nothing else (at most {format_duration(args.timeout)})")
+        return lines
+
+    def _count(self, args: CheckGresArguments, ctx: ActionContext) -> int:
+        if args.gpus is not None:
+            return args.gpus
+        command, argv = allowed_argv(self.config.commands, args.count_command, [],
+                                     "node command", "slurm.commands")
+        code, out, err = self.backend.run_on_node(
+            args.node, args.reservation, argv, max(1.0, min(command.timeout, ctx.remaining())),
+            command.env)
+        lines = [line for line in out.splitlines() if line.strip()]
+        if code != 0 or not lines:
+            raise ActionError(f"{shlex.join(argv)} on {args.node} exited {code} with "
+                              f"{len(lines)} GPUs: {verdict(out, err, code)}")
+        return len(lines)
+
+    @staticmethod
+    def _matches(found: dict[str, int], args: CheckGresArguments, gpus: int) -> bool:
+        if args.per_gpu:
+            return found == {p: n * gpus for p, n in args.per_gpu.items()}
+        return len(found) == 1 and not any(PROFILE.match(t) for t in found) \
+            and sum(found.values()) == gpus
+
+    def run(self, args: CheckGresArguments, ctx: ActionContext) -> ActionResult:
+        gpus = self._count(args, ctx)
+        deadline = time.monotonic() + min(args.timeout, ctx.remaining())
+        while True:
+            (node,) = self._read([args.node], with_jobs=False)
+            found = gres_types(node.gres)
+            if self._matches(found, args, gpus):
+                return ActionResult(f"{args.node} publishes Gres={node.gres} ({gpus} GPUs)",
+                                    {"node": args.node, "gres": node.gres, "types": found,
+                                     "gpus": gpus, "per_gpu": args.per_gpu}, changed=False)
+            if time.monotonic() >= deadline:
+                wanted = ",".join(f"gpu:{p}:{n * gpus}" for p, n in sorted(args.per_gpu.items()))
+                raise ActionTimeout(
+                    f"{args.node} publishes Gres={node.gres or '(none)'}, not "
+                    f"{wanted or f'{gpus} plain GPUs'} after {format_duration(args.timeout)}: "
+                    "check gres.conf and the node's Gres= in slurm.conf, then restart "
+                    "slurmctld and the node's slurmd")
+            ctx.checkpoint(f"waiting for the Gres of {args.node}")
+            self._sleep(max(0.05, ctx.pause(min(args.poll, deadline - time.monotonic()))))
+
+
+MIG_ACTIONS: tuple[type[_SlurmAction], ...] = (MigApplyAction, CheckGresAction)
