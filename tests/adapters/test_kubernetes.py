@@ -43,6 +43,9 @@ from tests.lab.kubehelp import (
 pytestmark = pytest.mark.lab
 
 NEW_DRIVER = "550.54.15"
+# the lab's GPU nodes in Kubernetes: the serving pool and gpu04, which serves Slurm (the GPU
+# Operator runs on it all the same: its DaemonSets tolerate the pool taint)
+GPU_NODES = ["gpu04", "gpu05", "gpu06", "gpu07", "gpu08"]
 PDB_PATH = "/apis/policy/v1/namespaces/serving/poddisruptionbudgets/inference-pdb"
 CP_PATH = "/apis/nvidia.com/v1/clusterpolicies/cluster-policy"
 STEP = "lab.gpu-runbook-bot/upgrade-step-seconds"
@@ -195,7 +198,7 @@ def test_wait_labels(kube: Kube) -> None:
     done = kube.run("k8s.wait_labels", label_selector="nvidia.com/gpu.present=true",
                     labels={DRIVER_LABEL: DEFAULT_DRIVER, "grb-test/absent": None},
                     timeout=5, poll=0.1)
-    assert not done.changed and done.details["nodes"] == ["gpu05", "gpu06", "gpu07", "gpu08"]
+    assert not done.changed and done.details["nodes"] == GPU_NODES
     with pytest.raises(ActionTimeout, match=r"gpu05: grb-test/x=\(absent\) \(want y\)"):
         kube.run("k8s.wait_labels", node="gpu05", labels={"grb-test/x": "y"}, timeout=0.5,
                  poll=0.1)
@@ -340,11 +343,10 @@ def test_set_driver_version_and_wait_for_every_node(fast_upgrades: Kube) -> None
     done = kube.run("gpu_operator.wait_upgrade_state", context(60, lines), timeout=40, poll=0.1)
     assert done.details["version"] == NEW_DRIVER
     assert {n: s["state"] for n, s in done.details["nodes"].items()} == {
-        n: "upgrade-done" for n in ("gpu05", "gpu06", "gpu07", "gpu08")}
-    assert kube.backend.driver_versions() == {n: NEW_DRIVER for n in
-                                              ("gpu05", "gpu06", "gpu07", "gpu08")}
+        n: "upgrade-done" for n in GPU_NODES}
+    assert kube.backend.driver_versions() == {n: NEW_DRIVER for n in GPU_NODES}
     # Progress: each node's moves as the polls see them, ending in upgrade-done.
-    for name in ("gpu05", "gpu06", "gpu07", "gpu08"):
+    for name in GPU_NODES:
         assert any(line.startswith(f"{name}: ") and "-> upgrade-done" in line
                    for line in lines), lines
     assert any(f"(driver {NEW_DRIVER})" in line for line in lines), lines
@@ -353,7 +355,7 @@ def test_set_driver_version_and_wait_for_every_node(fast_upgrades: Kube) -> None
     with pytest.raises(ActionError, match=f"not every node reports driver {DEFAULT_DRIVER}"):
         kube.run("gpu_operator.driver_versions", expect=DEFAULT_DRIVER)
     validated = kube.run("gpu_operator.wait_validator", timeout=20, poll=0.1)
-    assert sorted(validated.details["pods"]) == ["gpu05", "gpu06", "gpu07", "gpu08"]
+    assert sorted(validated.details["pods"]) == GPU_NODES
 
 
 def test_upgrade_failed_stops_the_wait_naming_the_node(fast_upgrades: Kube) -> None:

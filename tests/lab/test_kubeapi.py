@@ -61,7 +61,7 @@ def test_get_nodes_table_and_json(kube: Lab, cache: Path) -> None:
     assert table.returncode == 0, table.stderr
     assert table.stdout.split("\n")[0].split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
     assert {line.split()[0] for line in table.stdout.splitlines()[1:]} == set(
-        kube["kubeapi"]["nodes"])
+        kube["kubeapi"]["nodes"]) | set(kube["kubeapi"]["handoff_nodes"])
     out = kubectl(kube, cache, "get", "nodes", "-o", "json")
     assert out.returncode == 0, out.stderr
     items = json.loads(out.stdout)["items"]

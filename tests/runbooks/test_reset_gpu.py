@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bot.alerts import proposing
 from bot.service import Service
 from bot.store import audit
 from kit.errors import Refused
@@ -77,11 +78,15 @@ def test_a_gpu_neither_clears_stays_drained_and_the_run_fails(lab: Lab, bot: Ser
         assert state["reason"].startswith("GPU 1: reset and reboot did not clear it: health "
                                           "check failed"), state
         assert "reset-gpu04" not in reservations(lab)
-        # the swap-gpu proposal the bot records when the run fails (the lead's test checks
-        # that it is recorded); here: it was in the plan that was approved
-        assert ex.plan.propose_on_failure == {"runbook": "swap-gpu", "params": {
+        # the swap-gpu proposal was in the plan that was approved, and the failed reset
+        # left it, open for a person
+        assert ex.plan.propose_on_failure == {"runbook": "swap-gpu", "after_step": "reset",
+                                              "params": {
             "node": "gpu04", "gpu": "1",
             "reason": "reset and reboot did not clear GPU 1: XID 48"}}
+        [proposal] = proposing.listing(bot)
+        assert (proposal.runbook, proposal.params["gpu"]) == ("swap-gpu", "1")
+        assert proposal.alertname == "reset-gpu failed"
     finally:
         resume_everything(lab, "gpu04")
 

@@ -11,6 +11,9 @@ from .layout import CLUSTER, DEFAULT_DRIVER, Info, Layout, Ports
 NAME = "kubeapi"
 # The Kubernetes pool: separate from the Slurm nodes gpu01..gpu04 of a default lab.
 KUBE_NODES = ["gpu05", "gpu06", "gpu07", "gpu08"]
+# Slurm nodes also registered in Kubernetes, serving Slurm (kubeapi.seed.HANDOFF_NODES):
+# handoff-node moves them between the pools
+HANDOFF_NODES = ["gpu04"]
 FAULT_NODE = "kube"  # `lab fault kube api=500|hang|ok`
 TOKEN = "grblab-admin-token"  # any bearer token is accepted; clients just need one
 LAB_DIR = Path(__file__).resolve().parent.parent
@@ -84,6 +87,7 @@ users:
 
 def info(layout: Layout, ports: Ports) -> Info:
     return {"url": url(ports), "kubeconfig": str(kubeconfig_path(layout)),
-            "nodes": KUBE_NODES, "context": CLUSTER, "token": TOKEN,
+            "nodes": KUBE_NODES, "handoff_nodes": HANDOFF_NODES, "context": CLUSTER,
+            "token": TOKEN,
             "fault_node": FAULT_NODE, "state_file": str(state_file(layout)),
             "log": str(layout.log / "kubeapi.log"), "audit_log": str(audit_log(layout))}
