@@ -65,17 +65,25 @@ RUN set -eux; \
     dpkg-query -W -f='${Package} ${Version}\n' | grep -E '^(slurm|munge|etcd-client|mariadb-client)' || true; \
     for tool in sinfo scontrol srun sacct munge munged etcdctl mariadb mariadb-dump; do command -v "$tool"; done
 
-# The bot, from the wheels built on the host (no index: the build needs no PyPI).
+# The bot, from the wheels built on the host (no index: the build needs no PyPI): first its
+# dependencies (wheels/: every wheel the bot and its extras need; a layer the cache keeps
+# while they stay the same), then the bot itself (wheels-bot/).
 COPY wheels/ /tmp/wheels/
+RUN set -eux; \
+    python3 -m venv "$VIRTUAL_ENV"; \
+    "$VIRTUAL_ENV/bin/pip" install --no-cache-dir --no-index --no-deps /tmp/wheels/*.whl; \
+    rm -rf /tmp/wheels
+COPY wheels-bot/ /tmp/wheels-bot/
 # The shipped runbooks also at a fixed path (the wheel has them too, as bot/_runbooks): the
 # Kubernetes configuration names this path beside the site's own runbooks.
 COPY runbooks/ /usr/share/gpu-runbook-bot/runbooks/
 COPY deploy/image/run-munged /usr/local/bin/run-munged
 RUN set -eux; \
-    python3 -m venv "$VIRTUAL_ENV"; \
-    spec="gpu-runbook-bot"; if [ -n "$BOT_EXTRAS" ]; then spec="gpu-runbook-bot[$BOT_EXTRAS]"; fi; \
-    "$VIRTUAL_ENV/bin/pip" install --no-cache-dir --no-index --find-links /tmp/wheels "$spec"; \
-    rm -rf /tmp/wheels; \
+    spec="$(ls /tmp/wheels-bot/gpu_runbook_bot-*.whl)"; \
+    if [ -n "$BOT_EXTRAS" ]; then spec="gpu-runbook-bot[$BOT_EXTRAS] @ file://$spec"; fi; \
+    "$VIRTUAL_ENV/bin/pip" install --no-cache-dir --no-index --no-deps "$spec"; \
+    "$VIRTUAL_ENV/bin/pip" check; \
+    rm -rf /tmp/wheels-bot; \
     groupadd --system --gid "$BOT_UID" runbook; \
     useradd --system --uid "$BOT_UID" --gid "$BOT_UID" --home-dir /var/lib/gpu-runbook-bot \
         --create-home --shell /usr/sbin/nologin runbook; \
