@@ -40,11 +40,14 @@ def propose(conn: Connection, execution_id: int, runbook: str,
 
 def _failed_where_asked(conn: Connection, execution_id: int,
                         follow_up: dict[str, object]) -> bool:
-    """``after_step``: only when that step failed (not a wait for jobs, a drain, a check)."""
-    step = follow_up.get("after_step")
-    if not step:
+    """``after_step``: only when that step (or one of those) failed, not a wait for jobs, a
+    drain or a check."""
+    steps = follow_up.get("after_step")
+    if not steps:
         return True
-    state = conn.execute(select(step_states.c.state).where(
+    wanted = [steps] if isinstance(steps, str) else [
+        str(step) for step in steps] if isinstance(steps, list) else []
+    failed = conn.execute(select(step_states.c.step_id).where(
         step_states.c.execution_id == execution_id, step_states.c.phase == "do",
-        step_states.c.step_id == step)).scalar()
-    return state == "failed"
+        step_states.c.step_id.in_(wanted), step_states.c.state == "failed")).first()
+    return failed is not None

@@ -192,7 +192,7 @@ def _plan_follow_up(runbook: Runbook, context: Mapping[str, Any]) -> dict[str, A
     if spec is None:
         return None
     rendered = {name: str(templating.render(text, context)) for name, text in spec.params.items()}
-    after = {"after_step": spec.after_step} if spec.after_step else {}
+    after = {"after_step": spec.after_step} if spec.after_step else {}  # as written
     return {"runbook": spec.runbook, "params": rendered, **after}
 
 

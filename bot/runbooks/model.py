@@ -185,8 +185,13 @@ class ProposeSpec(Strict):
 
     runbook: str = Field(pattern=NAME.pattern)
     params: dict[str, str] = Field(default_factory=dict)
-    # only when this step failed (a reset, not jobs that would not finish); default: any
-    after_step: str | None = Field(default=None, pattern=STEP_ID.pattern)
+    # only when this step (or one of these) failed: a reset, not jobs that would not
+    # finish; default: any failure
+    after_step: str | list[str] | None = None
+
+    def after_steps(self) -> list[str]:
+        step = self.after_step
+        return [] if step is None else [step] if isinstance(step, str) else list(step)
 
 
 # What a runbook does to the nodes it names, for repeat offenders and the breaker: drain
@@ -251,9 +256,10 @@ class Runbook(Strict):
     @model_validator(mode="after")
     def _follow_up_step(self) -> Runbook:
         follow = self.propose_on_failure
-        if follow is not None and follow.after_step is not None and follow.after_step not in {
-                step.id for step in self.steps}:
-            raise ValueError(f"propose_on_failure.after_step: no step {follow.after_step!r}")
+        missing = [step for step in (follow.after_steps() if follow else [])
+                   if step not in {s.id for s in self.steps}]
+        if missing:
+            raise ValueError(f"propose_on_failure.after_step: no step {missing[0]!r}")
         return self
 
 

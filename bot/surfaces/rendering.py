@@ -43,8 +43,9 @@ def plan_text(plan: Plan) -> str:
         lines.append("on failure: completed steps are left as they are")
     if plan.propose_on_failure:
         follow = plan.propose_on_failure
-        when = (f"if step {follow['after_step']} fails" if follow.get("after_step")
-                else "if it fails")
+        steps = follow.get("after_step") or []
+        steps = [steps] if isinstance(steps, str) else steps
+        when = f"if step {' or '.join(steps)} fails" if steps else "if it fails"
         lines.append(f"{when}: propose {follow['runbook']} "
                      f"{params_text(follow['params'])} (a person decides to run it)")
     lines += [f"WARNING: {warning}" for warning in plan.warnings]

@@ -185,6 +185,11 @@ def test_xid_79_becomes_one_swap_gpu_proposal(lab: Lab, served: Any) -> None:
         urllib.request.urlopen(request, timeout=5)
     refused.value.close()  # the error holds the response and its socket
     assert refused.value.code == 401
+    # the test before restarts Prometheus: the path is timed from a Prometheus that scrapes
+    # again (a fresh sample), not from one still starting (seen to take a minute under load)
+    wait_until(lambda: prometheus_sees(
+        lab, 'time() - timestamp(DCGM_FI_DEV_GPU_TEMP{Hostname="gpu02"}) < 3'),
+        "Prometheus scraping again", timeout=60)
     started = time.monotonic()
     lab.lab("fault", "gpu02", "xid=79", "xid_gpu=3")
     try:

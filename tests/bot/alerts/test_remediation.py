@@ -230,6 +230,25 @@ def test_after_step_limits_the_follow_up_to_that_steps_failure(make_bot: BotFact
     assert proposal.params == {"node": "gpu03"}
 
 
+def test_after_step_may_name_several_steps(make_bot: BotFactory) -> None:
+    steps = [{"id": "wait", "action": "test.flaky", "with": {"key": "wait"}},
+             {"id": "reset", "action": "test.flaky", "with": {"key": "reset"}},
+             {"id": "reboot", "action": "test.flaky", "with": {"key": "reboot"}}]
+    body = remediation("reset-gpu", "repair", steps, propose_on_failure={
+        "runbook": "swap-gpu", "params": {"node": "{{ node }}"},
+        "after_step": ["reset", "reboot"]})
+    fakes.reset()
+    bot = make_bot({**RUNBOOKS, "reset-gpu": body}, remediation=WIDE)
+    plan = bot.plan("reset-gpu", {"node": "gpu02"})
+    assert "if step reset or reboot fails: propose swap-gpu" in rendering.plan_text(plan)
+    fakes.FAILURES["wait"] = 1
+    ran(bot, "reset-gpu", "gpu02")
+    assert proposing.listing(bot) == []
+    fakes.FAILURES["reboot"] = 1
+    assert ran(bot, "reset-gpu", "gpu03").state == "failed"
+    assert [p.params for p in proposing.listing(bot)] == [{"node": "gpu03"}]
+
+
 def test_after_step_must_name_a_step(make_bot: BotFactory) -> None:
     body = remediation("reset-gpu", "repair", propose_on_failure={
         "runbook": "swap-gpu", "params": {}, "after_step": "rest"})
