@@ -45,6 +45,7 @@ from adapters.kubernetes.gpu_operator import (
     WaitValidatorAction,
 )
 from adapters.kubernetes.mig import MIG_ACTIONS
+from adapters.kubernetes.reboot import RequestRebootAction
 from kit.durations import format_duration
 
 CORDONED_BY = "gpu-runbook-bot/cordoned-by"  # who cordoned a node (k8s.cordon_nodes owner)
@@ -326,7 +327,7 @@ class WaitLabelsAction(KubernetesAction):
 
 ACTION_CLASSES: tuple[type[KubernetesAction], ...] = (
     CordonAction, UncordonAction, CordonNodesAction, UncordonNodesAction, DrainAction,
-    LabelAction, TaintAction, WaitLabelsAction,
+    LabelAction, TaintAction, WaitLabelsAction, RequestRebootAction,
     SetDriverVersionAction, WaitUpgradeStateAction, WaitValidatorAction, DriverVersionsAction,
     *MIG_ACTIONS,
 )

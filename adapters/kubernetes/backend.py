@@ -90,6 +90,7 @@ class Node:
     gpus_allocatable: int = 0  # status.allocatable["nvidia.com/gpu"]
     # status.allocatable's nvidia.com/* resources (nvidia.com/gpu, nvidia.com/mig-3g.40gb)
     nvidia_allocatable: Mapping[str, int] = field(default_factory=dict)
+    boot_id: str = ""  # status.nodeInfo.bootID: changes at every boot
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> Node:
@@ -112,6 +113,7 @@ class Node:
                 str(key): _count(value) for key, value in
                 (((obj.get("status") or {}).get("allocatable") or {}).items())
                 if str(key).startswith("nvidia.com/")},
+            boot_id=str(((obj.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""),
         )
 
 

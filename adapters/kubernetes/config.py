@@ -40,6 +40,9 @@ class KubernetesConfig(BaseModel):
     current context); ``None`` uses the in-cluster service account (the bot running as a pod).
     ``request_timeout`` bounds every API request; ``eviction_retry`` is the pause between
     evictions a PodDisruptionBudget refused (429), as ``kubectl drain`` does (5 s).
+    ``reboot_request_label``: the node label ``k8s.request_reboot`` sets to ask the site's
+    reboot agent (a kured-style agent or a site DaemonSet) to reboot the node; the bot never
+    reboots a node itself.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -49,4 +52,7 @@ class KubernetesConfig(BaseModel):
     request_timeout: float = Field(default=10.0, gt=0)
     eviction_retry: float = Field(default=5.0, gt=0)
     connection_pool_size: int = Field(default=32, ge=1)  # concurrent requests per client
+    reboot_request_label: str = Field(default="gpu-runbook-bot/reboot-requested",
+                                      pattern=r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9][-A-Za-z0-9_.]"
+                                              r"{0,61}[A-Za-z0-9]$")
     gpu_operator: GpuOperatorConfig = Field(default_factory=GpuOperatorConfig)

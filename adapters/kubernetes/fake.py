@@ -71,12 +71,13 @@ class FakeKubernetes:
 
     An evicted pod is gone at once (no termination grace, no PodDisruptionBudget), and a
     node patch applies ``spec.unschedulable``, ``spec.taints``, labels and annotations.
+    Every node starts with a ``boot_id`` (``status.nodeInfo.bootID``); ``reboot()`` changes it.
     """
 
     url = "https://kubernetes.fake"
 
     def __init__(self, nodes: list[str]) -> None:
-        self.nodes = {name: Node(name=name) for name in nodes}
+        self.nodes = {name: Node(name=name, boot_id=f"boot-{name}-1") for name in nodes}
         self.pods: list[Pod] = []
         self.objects: dict[tuple[str, str, str, str | None, str], dict[str, Any]] = {}
         self.leases: dict[tuple[str, str], Lease] = {}
@@ -109,6 +110,13 @@ class FakeKubernetes:
                        taints=taints)
         self.nodes[name] = node
         return node
+
+    def reboot(self, name: str, *, ready: bool = True) -> Node:
+        """What a reboot agent does: a new bootID; ``ready`` False while still booting."""
+        node = self.get_node(name)
+        count = int(node.boot_id.rpartition("-")[2] or 0) + 1 if node.boot_id else 1
+        self.nodes[name] = replace(node, boot_id=f"boot-{name}-{count}", ready=ready)
+        return self.nodes[name]
 
     # --- pods ----------------------------------------------------------------------
 

@@ -221,8 +221,8 @@ def _refuse_outside_slurm(args: GpuResetArguments) -> None:
     if not args.in_slurm:
         raise ActionError(
             f"{args.node} is not in the Slurm pool: a GPU reset runs nvidia-smi on the node "
-            "through srun, which cannot reach a Kubernetes-only node; drain it (drain-node) "
-            "and reset it there by hand, or replace the GPU (swap-gpu)"
+            "through srun, which cannot reach a Kubernetes-only node; ask for method=reboot "
+            "(a reboot request to the cluster's reboot agent), or replace the GPU (swap-gpu)"
         )
 
 

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 
-from . import mig, policy
+from . import mig, policy, reboot
 from .cluster import Cluster, selects, set_crashing, tolerates
 from .errors import Obj
 from .faults import node_faults, record_driver
@@ -321,6 +321,7 @@ class ControllerLoop(threading.Thread):
                     upgrade_tick(self.cluster)
                     last_upgrade = now
                 mig.tick(self.cluster)
+                reboot.tick(self.cluster)
                 if now - last_save >= 1.0:
                     self.cluster.store.save()
                     last_save = now
