@@ -191,13 +191,14 @@ def test_xid_79_becomes_one_swap_gpu_proposal(lab: Lab, served: Any) -> None:
         lab, 'time() - timestamp(DCGM_FI_DEV_GPU_TEMP{Hostname="gpu02"}) < 3'),
         "Prometheus scraping again", timeout=60)
     started = time.monotonic()
-    lab.lab("fault", "gpu02", "xid=79", "xid_gpu=3")
+    # GPU 4: an alert no earlier test raised (tests/lab/test_monitoring.py uses GPU 3 here)
+    lab.lab("fault", "gpu02", "xid=79", "xid_gpu=4")
     try:
         wait_until(lambda: proposed(env, "swap-gpu"), "a swap-gpu proposal", timeout=60,
                    every=0.2)
         elapsed = time.monotonic() - started
         found = [p for p in proposals(env) if p["runbook"] == "swap-gpu"]
-        assert found[0]["params"] == {"node": "gpu02", "gpu": "3", "reason": "XID 79 on GPU 3"}
+        assert found[0]["params"] == {"node": "gpu02", "gpu": "4", "reason": "XID 79 on GPU 4"}
         assert found[0]["alertname"] == "GpuXid"  # through the XID table: 79 is swap
         assert found[0]["note"] == "XID 79: swap (remediation.xid)"
         time.sleep(3)  # Prometheus re-sends the firing alert every 2 s: still one proposal
