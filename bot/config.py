@@ -38,6 +38,7 @@ from adapters.otlp.config import OtlpConfig
 from adapters.prometheus.config import PrometheusConfig
 from adapters.slurm.config import SlurmConfig
 from adapters.syslog.config import SyslogConfig
+from bot.config_drivers import DriversConfig
 from bot.config_remediation import MigConfig, PoolsConfig, RemediationConfig
 from kit.durations import parse_duration
 
@@ -427,6 +428,7 @@ class Config(BaseModel):
     mig: MigConfig = Field(default_factory=MigConfig)  # layouts mig-reconfigure may apply
     pools: PoolsConfig = Field(default_factory=PoolsConfig)  # handoff-node's marks
     remediation: RemediationConfig = Field(default_factory=RemediationConfig)  # XIDs, breaker
+    drivers: DriversConfig = Field(default_factory=DriversConfig)  # pinned drivers, CUDA table
     # Groups learnt at run time (Slack user group membership): user -> groups.
     _learnt_groups: dict[str, set[str]] = PrivateAttr(default_factory=dict)
 

@@ -66,7 +66,8 @@ def assemble(config: Config, db: Engine) -> Assembly:
             backends[adapter.name] = built.backend
     sources = _inventory_sources(config, backends)
     live = LiveInventory(config.inventory, sources, config.pools, config.mig.layouts,
-                         config.inventory.refresh_seconds)
+                         config.inventory.refresh_seconds,
+                         driver_floors=config.drivers.floors())
     evaluators: dict[str, Evaluator] = {
         "command": CommandEvaluator(config.host_commands),
         "file": FileEvaluator(),

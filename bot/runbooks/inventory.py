@@ -70,7 +70,8 @@ class PoolInventory(Inventory):
 
 def build(config: InventoryConfig, sources: InventorySources,
           pools: PoolsConfig | None = None,
-          mig_layouts: Mapping[str, Mapping[str, int]] | None = None) -> PoolInventory:
+          mig_layouts: Mapping[str, Mapping[str, int]] | None = None,
+          driver_floors: Mapping[str, tuple[str, str]] | None = None) -> PoolInventory:
     """The inventory: discovered pools under the bot's names, plus the configured nodes.
 
     The bot names a node once (``gpu07``); ``inventory.names`` says what Slurm, Kubernetes
@@ -97,7 +98,8 @@ def build(config: InventoryConfig, sources: InventorySources,
     return PoolInventory(nodes=static | set(slurm_seen) | set(k8s_seen), slurm=slurm,
                          kubernetes=kubernetes, names=_names(config),
                          in_slurm=frozenset(slurm_seen), in_kubernetes=frozenset(k8s_seen),
-                         pools=pools, mig_layouts=dict(mig_layouts or {}))
+                         pools=pools, mig_layouts=dict(mig_layouts or {}),
+                         driver_floors=dict(driver_floors or {}))
 
 
 def _discover(system: str, lister: Lister | None, to_bot: dict[str, str],
@@ -141,8 +143,10 @@ class LiveInventory:
 
     def __init__(self, config: InventoryConfig, sources: InventorySources,
                  pools: PoolsConfig | None, mig_layouts: Mapping[str, Mapping[str, int]],
-                 max_age: float, clock: Callable[[], float] = time.monotonic) -> None:
+                 max_age: float, clock: Callable[[], float] = time.monotonic,
+                 driver_floors: Mapping[str, tuple[str, str]] | None = None) -> None:
         self._args = (config, sources, pools, mig_layouts)
+        self._floors = dict(driver_floors or {})
         self._max_age = max_age
         self._clock = clock
         self._lock = threading.Lock()
@@ -152,7 +156,7 @@ class LiveInventory:
     def _build(self) -> PoolInventory:
         config, sources, pools, layouts = self._args
         fresh = InventorySources(sources.slurm, sources.kubernetes)
-        inventory = build(config, fresh, pools, layouts)
+        inventory = build(config, fresh, pools, layouts, self._floors)
         sources.problems[:] = fresh.problems
         return inventory
 

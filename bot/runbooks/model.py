@@ -54,6 +54,9 @@ class ParamSpec(Strict):
     choices: list[str] | None = None
     pattern: str | None = None
     weakens_guard: WeakensGuard | None = None
+    # a version parameter: the parameter naming the pool whose CUDA versions the driver must
+    # serve (drivers.pools.POOL.cuda); a lower driver is refused before any plan is made
+    driver_for_pool: str | None = None
 
     @field_validator("min", "max", mode="before")
     @classmethod
@@ -69,6 +72,8 @@ class ParamSpec(Strict):
             raise ValueError("an enum parameter needs choices")
         if self.choices and self.type != "enum":
             raise ValueError("choices only apply to enum parameters")
+        if self.driver_for_pool and self.type != "version":
+            raise ValueError("driver_for_pool only applies to version parameters")
         if self.required and self.default is not None:
             raise ValueError("a required parameter cannot have a default")
         if self.weakens_guard is not None:
@@ -239,6 +244,9 @@ class Runbook(Strict):
         for key in value:
             if not re.fullmatch(r"[a-z][a-z0-9_]{0,40}", key):
                 raise ValueError(f'parameter name "{key}" must be lower-case letters, digits, _')
+        for key, spec in value.items():
+            if spec.driver_for_pool and spec.driver_for_pool not in value:
+                raise ValueError(f"{key}.driver_for_pool: no parameter {spec.driver_for_pool!r}")
         return value
 
     @field_validator("steps")

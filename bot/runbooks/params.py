@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.slurm import hostlist
+from bot.config_drivers import below_floor
 from bot.runbooks.model import ParamSpec, Runbook
 from kit.durations import format_duration, parse_duration
 
@@ -63,6 +64,8 @@ class Inventory:
     names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # the configuration's MIG layouts (mig.layouts): name -> MIG devices per GPU
     mig_layouts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # the lowest driver each pool's CUDA versions allow (drivers): pool -> (driver, CUDA)
+    driver_floors: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     def facts(self) -> dict[str, Any]:
         return {
@@ -119,9 +122,25 @@ def validate(runbook: Runbook, raw: Mapping[str, Any], inventory: Inventory) -> 
                 values[name] = None
             continue
         values[name] = _convert(name, spec, raw[name], inventory, problems)
+    if not problems:
+        problems.extend(_driver_floors(runbook, values, inventory))
     if problems:
         raise ParamError(problems)
     return values
+
+
+def _driver_floors(runbook: Runbook, values: Mapping[str, Any],
+                   inventory: Inventory) -> list[str]:
+    """A driver version below what its pool's CUDA versions need (``driver_for_pool``)."""
+    problems = []
+    for name, spec in runbook.params.items():
+        pool = values.get(spec.driver_for_pool) if spec.driver_for_pool else None
+        if pool is None or values.get(name) is None:
+            continue
+        why = below_floor(str(values[name]), inventory.driver_floors.get(str(pool)))
+        if why:
+            problems.append(f"{name}: {why.replace('POOL', str(pool))}")
+    return problems
 
 
 def default_problem(spec: ParamSpec) -> str | None:

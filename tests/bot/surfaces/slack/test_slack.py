@@ -210,8 +210,10 @@ def test_two_person_approval_progress_and_summary(bot: Service, slack: SlackClie
     for _ in range(5):
         status, _, elapsed = slack.command(f"status {execution_id}", BOB)
         assert status == 200 and elapsed < 3
+    # The question itself, not a progress line of the thread that quotes it.
+    asks = f"execution {execution_id} asks: Is the GPU replaced?"
     confirm = fake.wait(lambda: [c for c in fake.calls("chat.postMessage")
-                                 if "Is the GPU replaced?" in str(c["args"].get("text"))],
+                                 if c["args"].get("text") == asks],
                         message="the question posted in the thread")[0]
     assert confirm["args"]["thread_ts"] == root_ts(fake, execution_id)
     yes = next(e["value"] for b in confirm["args"]["blocks"] if b["type"] == "actions"
