@@ -47,10 +47,13 @@ test: deps venv lint
 	@# byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, every `runbook` process the
 	@# suite starts (hundreds) would otherwise compile the project's modules again
 	$(BIN)/python -m compileall -q -j 0 kit bot adapters deploy/lab tests >/dev/null
-	$(BIN)/pytest -q --durations=30
+	@# two passes: the tests that need no server run on every core (pytest-xdist), then the
+	@# ones on the shared lab, PostgreSQL and podman run one at a time, as they share state
+	$(BIN)/pytest -q -n auto --durations=15 -m "not lab and not postgres and not image"
+	$(BIN)/pytest -q --durations=30 -m "lab or postgres or image"
 
 unit: venv
-	$(BIN)/pytest -q -m "not lab and not postgres and not image"
+	$(BIN)/pytest -q -n auto -m "not lab and not postgres and not image"
 
 bench: venv
 	$(BIN)/python bench/engine_overhead.py
