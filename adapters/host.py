@@ -108,6 +108,13 @@ def _run(command: HostCommand, argv: list[str], timeout: float) -> subprocess.Co
         raise ActionError(f"{shlex.join(argv)}: timed out after {timeout:.0f}s") from exc
 
 
+def run_command(command: HostCommand, argv: list[str],
+                timeout: float) -> subprocess.CompletedProcess[str]:
+    """Start an allow-listed command (``argv`` from ``allowed_argv``); never raises on its
+    exit code, ActionError when it cannot start or times out."""
+    return _run(command, argv, timeout)
+
+
 def run_check_command(command: HostCommand, timeout: float) -> tuple[int, str]:
     """Run an allow-listed command for a check; returns (exit code, combined output tail)."""
     done = _run(command, command.argv, timeout)

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kit.versions import version_key as numeric_version
+
 Pool = Literal["slurm", "kubernetes"]
 DRIVER_VERSION = re.compile(r"^[0-9]{1,4}(\.[0-9]{1,4}){1,3}$")
 CUDA_VERSION = re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}$")
@@ -36,8 +38,9 @@ DEFAULT_CUDA_MINIMUM: dict[str, str] = {
 
 
 def version_key(version: str) -> tuple[int, ...]:
-    """``"550.54.15"`` -> ``(550, 54, 15)``: driver versions compare field by field."""
-    return tuple(int(part) for part in version.split("."))
+    """A checked driver version as numbers (the configuration's versions are checked when
+    it loads, parameters by their type)."""
+    return numeric_version(version) or ()
 
 
 class PoolDriver(BaseModel):
@@ -97,6 +100,16 @@ class DriversConfig(BaseModel):
     def floors(self) -> dict[str, tuple[str, str]]:
         return {pool: floor for pool in ("slurm", "kubernetes")
                 if (floor := self.floor(pool)) is not None}
+
+    def template_facts(self) -> dict[str, dict[str, str | None]]:
+        """``drivers`` in runbook templates: per pool its pinned driver and its floor with
+        the CUDA version that asks for it (None where the configuration says nothing)."""
+        facts: dict[str, dict[str, str | None]] = {}
+        for pool in ("slurm", "kubernetes"):
+            floor = self.floor(pool)
+            facts[pool] = {"pinned": self.pool(pool).pinned, "floor": floor[0] if floor else None,
+                           "cuda": floor[1] if floor else None}
+        return facts
 
     @model_validator(mode="after")
     def _known_cuda(self) -> DriversConfig:

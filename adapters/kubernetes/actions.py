@@ -36,6 +36,7 @@ from adapters.kubernetes.base import (
     check_node_names,
     listed,
 )
+from adapters.kubernetes.canary import CANARY_ACTIONS
 from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.drain import DrainAction
 from adapters.kubernetes.gpu_operator import (
@@ -329,7 +330,7 @@ ACTION_CLASSES: tuple[type[KubernetesAction], ...] = (
     CordonAction, UncordonAction, CordonNodesAction, UncordonNodesAction, DrainAction,
     LabelAction, TaintAction, WaitLabelsAction, RequestRebootAction,
     SetDriverVersionAction, WaitUpgradeStateAction, WaitValidatorAction, DriverVersionsAction,
-    *MIG_ACTIONS,
+    *MIG_ACTIONS, *CANARY_ACTIONS,
 )
 
 

@@ -291,6 +291,21 @@ class KubernetesBackend(Protocol):
         """A merge patch (custom resources reject strategic merge)."""
         ...
 
+    def list_custom_objects(self, group: str, version: str,
+                            plural: str) -> list[dict[str, Any]]:
+        """Every object of a cluster-scoped custom resource; KubernetesNotFound when the
+        API server does not serve it (its CRD is not installed)."""
+        ...
+
+    def create_custom_object(self, group: str, version: str, plural: str,
+                             body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a cluster-scoped custom object; KubernetesConflict when the name is taken."""
+        ...
+
+    def delete_custom_object(self, group: str, version: str, plural: str, name: str) -> None:
+        """DELETE a cluster-scoped custom object; one already gone is no error."""
+        ...
+
     def driver_versions(self, label_selector: str | None = None) -> dict[str, str | None]:
         """Node name -> the driver version its configured label reports (None: no label)."""
         ...

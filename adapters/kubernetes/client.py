@@ -38,6 +38,7 @@ STRATEGIC = "application/strategic-merge-patch+json"
 # The paths of the API methods used, as the generated client writes them.
 NODE = "/api/v1/nodes/{name}"
 CLUSTER_OBJECT = "/apis/{group}/{version}/{plural}/{name}"
+CLUSTER_OBJECTS = "/apis/{group}/{version}/{plural}"
 NAMESPACED_OBJECT = "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 LEASE = LEASES + "/{name}"
@@ -280,6 +281,24 @@ class ClientBackend:
                 "PATCH", NAMESPACED_OBJECT, {**names, "namespace": namespace},
                 body=dict(patch), content_type=MERGE)
         return dict(result)
+
+    def list_custom_objects(self, group: str, version: str,
+                            plural: str) -> list[dict[str, Any]]:
+        result = self._call(f"GET /apis/{group}/{version}/{plural}", "GET", CLUSTER_OBJECTS,
+                            {"group": group, "version": version, "plural": plural})
+        return [dict(item) for item in result.get("items") or []]
+
+    def create_custom_object(self, group: str, version: str, plural: str,
+                             body: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(self._call(f"POST /apis/{group}/{version}/{plural}", "POST",
+                               CLUSTER_OBJECTS, {"group": group, "version": version,
+                                                 "plural": plural}, body=dict(body)))
+
+    def delete_custom_object(self, group: str, version: str, plural: str, name: str) -> None:
+        with contextlib.suppress(KubernetesNotFound):
+            self._call(f"DELETE /apis/{group}/{version}/{plural}/{name}", "DELETE",
+                       CLUSTER_OBJECT, {"group": group, "version": version, "plural": plural,
+                                        "name": name})
 
     def driver_versions(self, label_selector: str | None = None) -> dict[str, str | None]:
         label = self.config.gpu_operator.driver_version_label

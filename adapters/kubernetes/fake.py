@@ -80,6 +80,7 @@ class FakeKubernetes:
         self.nodes = {name: Node(name=name, boot_id=f"boot-{name}-1") for name in nodes}
         self.pods: list[Pod] = []
         self.objects: dict[tuple[str, str, str, str | None, str], dict[str, Any]] = {}
+        self.served: set[tuple[str, str, str]] = set()  # custom resources with no object yet
         self.leases: dict[tuple[str, str], Lease] = {}
         self.driver_version_label: str | None = DRIVER_VERSION_LABEL
         self._versions = itertools.count(1)
@@ -157,6 +158,27 @@ class FakeKubernetes:
         current = self.get_custom_object(group, version, plural, name, namespace)
         self.objects[(group, version, plural, namespace, name)] = _merged(current, patch)
         return self.get_custom_object(group, version, plural, name, namespace)
+
+    def list_custom_objects(self, group: str, version: str,
+                            plural: str) -> list[dict[str, Any]]:
+        """404 unless ``served`` names the resource (its CRD) or an object of it exists."""
+        found = [copy.deepcopy(obj) for (g, v, p, _, _), obj in sorted(self.objects.items())
+                 if (g, v, p) == (group, version, plural)]
+        if not found and (group, version, plural) not in self.served:
+            raise KubernetesNotFound(f"the server could not find the requested resource "
+                                     f"({plural}.{group})", status=404)
+        return found
+
+    def create_custom_object(self, group: str, version: str, plural: str,
+                             body: Mapping[str, Any]) -> dict[str, Any]:
+        name = str((body.get("metadata") or {}).get("name", ""))
+        if (group, version, plural, None, name) in self.objects:
+            raise KubernetesConflict(f"{plural}.{group} {name} already exists", status=409)
+        self.objects[(group, version, plural, None, name)] = copy.deepcopy(dict(body))
+        return self.get_custom_object(group, version, plural, name)
+
+    def delete_custom_object(self, group: str, version: str, plural: str, name: str) -> None:
+        self.objects.pop((group, version, plural, None, name), None)
 
     def driver_versions(self, label_selector: str | None = None) -> dict[str, str | None]:
         label = self.driver_version_label

@@ -36,6 +36,7 @@ class WaitUpgradeStateArguments(NodeSetArguments):
     version: str | None = Field(default=None, pattern=VERSION)  # default: the operator's target
     timeout: Seconds = 3600.0
     poll: Seconds = 2.0
+    hint: str = Field(default="", max_length=500)  # added to an upgrade-failed stop: what next
 
 
 class WaitValidatorArguments(NodeSetArguments):
@@ -166,7 +167,11 @@ class WaitUpgradeStateAction(_OperatorAction):
                 seen[node.name] = now
             failed = [n for n in nodes if state(n)[0] == UPGRADE_FAILED]
             if failed:
-                raise ActionError(self._failed_text(failed, version, nodes, state))
+                done_now = [n.name for n in nodes if done(n)]
+                raise ActionError(self._failed_text(failed, version, nodes, state)
+                                  + (f" Done (on driver {version}): {listed(done_now)}."
+                                     if done_now and version_label else "")
+                                  + (f" {args.hint}" if args.hint else ""))
             pending = [n for n in nodes if not done(n)]
             text = "; ".join(f"{n.name} {state(n)[0]}" + (f" (driver {state(n)[1]})"
                                                            if version_label else "")

@@ -31,6 +31,7 @@ from adapters.prometheus.backend import (
 )
 from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.promql import Expectation
+from adapters.prometheus.soak import ErrorsHoldAction
 from adapters.prometheus.verdict import judge, listing
 from kit.durations import format_duration
 
@@ -126,7 +127,8 @@ class WaitAction(ActionBase[PrometheusBackend, PrometheusConfig]):
             f"series still off: {listing(failing)}")
 
 
-ACTION_CLASSES: tuple[type[WaitAction], ...] = (WaitAction,)
+ACTION_CLASSES: tuple[type[ActionBase[PrometheusBackend, PrometheusConfig]], ...] = (
+    WaitAction, ErrorsHoldAction)
 
 
 class PrometheusActions(ConnectingActionSet[PrometheusBackend, PrometheusConfig]):

@@ -15,6 +15,7 @@ from adapters.slurm.mig import MIG_ACTIONS
 from adapters.slurm.pools import POOL_ACTIONS
 from adapters.slurm.pyslurm_backend import make_backend
 from adapters.slurm.rolling import DriverRolloutAction
+from adapters.slurm.slurm_upgrade import UPGRADE_ACTIONS
 
 
 def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
@@ -24,11 +25,12 @@ def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
                              DriverRolloutAction(backend, config),
                              GpuResetAction(backend, config),
                              *(cls(backend, config) for cls in POOL_ACTIONS),
-                             *(cls(backend, config) for cls in MIG_ACTIONS)]
+                             *(cls(backend, config) for cls in MIG_ACTIONS),
+                             *(cls(backend, config) for cls in UPGRADE_ACTIONS)]
     return Built(actions, backend)
 
 
 ADAPTER = Adapter("slurm", "slurm", SlurmConfig,
                   (*ACTION_CLASSES, HealthCheckAction, DriverRolloutAction, GpuResetAction,
-                   *POOL_ACTIONS, *MIG_ACTIONS),
+                   *POOL_ACTIONS, *MIG_ACTIONS, *UPGRADE_ACTIONS),
                   _build)

@@ -9,6 +9,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from adapters.host import HostCommand
 
 
+class UpgradeConfig(BaseModel):
+    """``slurm.upgrade``: the site's install commands upgrade-slurm runs on the bot host
+    (``slurmdbd-install``/``slurmctld-install`` get VERSION, ``slurmd-install`` VERSION
+    NODE; each installs and restarts its daemon) and the release window it allows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    commands: dict[str, HostCommand] = Field(default_factory=dict)
+    # releases slurmdbd/slurmctld may be ahead of slurmd; default Slurm's rule (2, from 24.11 3)
+    max_releases_apart: int | None = Field(default=None, ge=1, le=3)
+
+
 class SlurmConfig(BaseModel):
     """How the bot reaches Slurm.
 
@@ -23,3 +35,4 @@ class SlurmConfig(BaseModel):
     bin_dir: str | None = None  # folder of sinfo/scontrol/srun/...; default: PATH
     commands: dict[str, HostCommand] = Field(default_factory=dict)
     timeout: float = Field(default=30.0, gt=0)  # seconds per CLI call
+    upgrade: UpgradeConfig = Field(default_factory=UpgradeConfig)  # upgrade-slurm

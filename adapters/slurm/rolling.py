@@ -44,6 +44,8 @@ class RolloutArguments(StrictArguments):
     health_command: str = "health-check"
     node_timeout: Seconds = 3600.0
     poll: Seconds = Field(default=1.0, le=60)
+    # read each node's driver (version_command) before installing: details["previous"]
+    read_previous: bool = False
 
 
 @dataclass
@@ -53,6 +55,7 @@ class _Run:
     stop: threading.Event = field(default_factory=threading.Event)
     done: dict[str, str] = field(default_factory=dict)  # node -> outcome
     lock: threading.Lock = field(default_factory=threading.Lock)
+    previous: dict[str, str] = field(default_factory=dict)  # node -> driver before (read_previous)
 
     def record(self, node: str, outcome: str) -> None:
         with self.lock:
@@ -91,10 +94,13 @@ class DriverRolloutAction(ActionBase[SlurmBackend, SlurmConfig]):
                  "stop at the first failure"]
         for node in nodes:
             res = _reservation(node)
+            before = (f"srun -w {node} --reservation={res} {check} (the driver before); "
+                      if args.read_previous else "")
             lines.append(
                 f"{node}: scontrol update NodeName={node} State=DRAIN Reason=\"{args.reason}\"; "
                 f"wait idle; scontrol create reservation ReservationName={res} Nodes={node} "
-                f"Flags=MAINT,IGNORE_JOBS; resume; srun -w {node} --reservation={res} {install}; "
+                f"Flags=MAINT,IGNORE_JOBS; resume; {before}"
+                f"srun -w {node} --reservation={res} {install}; "
                 f"scontrol reboot ASAP nextstate=RESUME {node}; srun {health}; "
                 f"srun {check} = {args.version}; scontrol delete reservation {res}"
             )
@@ -104,14 +110,12 @@ class DriverRolloutAction(ActionBase[SlurmBackend, SlurmConfig]):
         nodes = hostlist.expand(args.nodes)
         for name in (args.install_command, args.health_command, args.version_command):
             self._argv(name, [])  # fail before touching any node
-        state = _Run(args, ctx)
-        with ThreadPoolExecutor(args.max_parallel, thread_name_prefix="rollout") as pool:
-            for future in [pool.submit(self._node, state, node) for node in nodes]:
-                future.result()
+        state = self._roll(args, ctx)
         failed = {n: o for n, o in state.done.items() if o.startswith("FAILED")}
         stopped = {n: o for n, o in state.done.items() if o.startswith("STOPPED")}
         untouched = [n for n in nodes if n not in state.done]
-        details = {"nodes": state.done, "not_started": untouched, "version": args.version}
+        details = {"nodes": state.done, "not_started": untouched, "version": args.version,
+                   **({"previous": state.previous} if args.read_previous else {})}
         if stopped or (untouched and ctx.stop.is_set()):
             raise ActionStopped(
                 f"{ctx.step_id}: driver rollout stopped: {ctx.stop_reason or 'asked to stop'}"
@@ -124,6 +128,16 @@ class DriverRolloutAction(ActionBase[SlurmBackend, SlurmConfig]):
             )
         return ActionResult(summary=f"{len(nodes)} node(s) now on driver {args.version}",
                             details=details)
+
+    def _roll(self, args: RolloutArguments, ctx: ActionContext) -> _Run:
+        """Every node of ``args.nodes``, at most ``max_parallel`` at a time; no node starts
+        after one failed or a stop. The outcomes are in the returned ``_Run``."""
+        state = _Run(args, ctx)
+        with ThreadPoolExecutor(args.max_parallel, thread_name_prefix="rollout") as pool:
+            for future in [pool.submit(self._node, state, node)
+                           for node in hostlist.expand(args.nodes)]:
+                future.result()
+        return state
 
     def _node(self, state: _Run, node: str) -> None:
         if state.stop.is_set() or state.ctx.stopping():
@@ -142,6 +156,10 @@ class DriverRolloutAction(ActionBase[SlurmBackend, SlurmConfig]):
                                                 ["root"])
             self.backend.update_nodes([node], "RESUME", None)
             self._wait(state, lambda: self._responding(node), deadline, f"{node}: to answer")
+            if args.read_previous:
+                before = self._srun(node, res, args.version_command, [], deadline).strip()
+                with state.lock:
+                    state.previous[node] = before.splitlines()[0].strip() if before else ""
             ctx.checkpoint(f"{node}: installing driver {args.version}")
             self._srun(node, res, args.install_command, [args.version], deadline)
             ctx.checkpoint(f"{node}: rebooting it")
@@ -174,7 +192,8 @@ class DriverRolloutAction(ActionBase[SlurmBackend, SlurmConfig]):
         except ActionError:
             pass  # the node's failure is already reported; this is best effort
 
-    def _srun(self, node: str, res: str, command: str, extra: list[str], deadline: float) -> str:
+    def _srun(self, node: str, res: str | None, command: str, extra: list[str],
+              deadline: float) -> str:
         argv = self._argv(command, extra)
         timeout = max(1.0, min(self.config.commands[command].timeout,
                                deadline - time.monotonic()))

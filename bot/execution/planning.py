@@ -159,7 +159,8 @@ def make_plan(
 ) -> Plan:
     """Render every step; raises PlanError with the step and the reason."""
     runbook = loaded.runbook
-    context = {**inventory.facts(), **(facts or {}), **values}
+    context = {**inventory.facts(), "drivers": config.drivers.template_facts(), **(facts or {}),
+               **values}
     default_timeout = parse_duration(config.engine.default_step_timeout)
     try:
         locks = [str(templating.render(lock, context)) for lock in runbook.locks]

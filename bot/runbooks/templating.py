@@ -22,6 +22,7 @@ from jinja2.sandbox import SandboxedEnvironment
 FACTS = ("nodes", "slurm", "kubernetes", "slurm_name", "kubernetes_name", "dcgm_name",
          "previous_driver_version",  # the version before the last gpu_operator change
          "mig_layouts",  # the configuration's MIG layouts: name -> devices per GPU
+         "drivers",  # per pool: drivers.slurm.pinned, .floor, .cuda (configuration drivers:)
          "pools")  # the pool hand-off's marks: pools.label, .taint, .reason, .feature
 _SINGLE = re.compile(r"^\{\{\s*(.+?)\s*\}\}$", re.DOTALL)
 

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from sqlalchemy import func, select
 
+from bot.runtime.driftmetrics import drift_metrics
 from bot.runtime.shipping import destination_names
 from bot.service import Service
 from bot.store import shipping
@@ -52,6 +53,9 @@ class BotCollector:
                                 value=open_proposals)
         yield self._step_durations()
         yield from self._shipping()
+        with self._bot.db.connect() as conn:  # the last drift report (bot.runtime.driftmetrics)
+            drift = list(drift_metrics(conn))
+        yield from drift
 
     def _step_durations(self) -> Any:
         with self._bot.db.connect() as conn:

@@ -20,10 +20,12 @@ from bot.runbooks.catalogue import KNOWN
 
 def test_every_system_registers_itself() -> None:
     names = [adapter.name for adapter in registered()]
-    assert sorted(names) == ["alertmanager", "etcd", "kubernetes", "mariadb", "prometheus",
-                             "reports", "slurm"]
+    assert sorted(names) == ["alertmanager", "drift", "etcd", "fairshare", "kubernetes",
+                             "mariadb", "prometheus", "reports", "slurm", "upgrades"]
+    assert names.index("prometheus") < names.index("drift")
     assert names.index("slurm") < names.index("reports")
     assert names.index("prometheus") < names.index("reports")
+    assert names.index("kubernetes") < names.index("fairshare")
 
 
 @pytest.mark.parametrize("adapter", registered(), ids=lambda adapter: adapter.name)

@@ -12,6 +12,7 @@ import threading
 import time
 from collections import defaultdict
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
@@ -136,6 +137,7 @@ class Poster:
                 self._flush_lines(execution_id, ts)
                 self.client.chat_postMessage(channel=self.channel, thread_ts=ts,
                                              text=self._summary(ex))
+                self._charts(ex, ts)
                 self._set(subject, final=1)
 
     def _read(self, execution_id: int) -> tuple[Execution, list[str], Any]:
@@ -161,6 +163,41 @@ class Poster:
         if started and ex.finished_at:
             duration = (_parse(ex.finished_at) - _parse(started)).total_seconds()
         return blocks.summary_text(ex, checks, duration)
+
+    def _charts(self, ex: Execution, root_ts: str) -> None:
+        """A PNG a step wrote (its details' ``chart``: path, sha256; report.fairshare's),
+        uploaded once into the thread (files_upload_v2); a file that is gone or changed since
+        the step kept its hash is said in the thread instead."""
+        with self.bot.db.connect() as conn:
+            finished = [e["data"] for e in audit.events(conn, execution_id=ex.id)
+                        if e["kind"] == Kind.STEP_FINISHED]
+        for data in finished:
+            chart = (data.get("details") or {}).get("chart")
+            if not isinstance(chart, dict) or chart.get("media_type") != "image/png":
+                continue
+            subject = f"file:{ex.id}:{data.get('step')}"
+            if not self._claim(subject):
+                continue
+            path = Path(str(chart.get("path")))
+            try:
+                png = path.read_bytes()
+            except OSError as exc:
+                png, problem = b"", f"the chart {path} cannot be read ({exc.strerror})"
+            else:
+                problem = ("" if hashlib.sha256(png).hexdigest() == chart.get("sha256") else
+                           f"the chart {path} changed since the step wrote it (sha256)")
+            self._set(subject, ts=root_ts, final=1)  # once, even if Slack refuses it
+            try:
+                if not problem:
+                    self.client.files_upload_v2(
+                        channel=self.channel, thread_ts=root_ts, content=png,
+                        filename=path.name, title=f"{ex.runbook} execution {ex.id}: {path.name}")
+            except Exception as exc:  # the summary is posted already: say so, never repeat it
+                log.exception("uploading %s to Slack failed", path)
+                problem = f"uploading the chart {path} failed ({exc})"
+            if problem:
+                self.client.chat_postMessage(channel=self.channel, thread_ts=root_ts,
+                                             text=f"{problem}: not uploaded")
 
     # --- questions a running step asks (chat.confirm) -------------------------------------
 
@@ -224,14 +261,20 @@ class Poster:
 
     # --- the chat_messages rows -------------------------------------------------------------
 
-    def _post(self, subject: str, message: Message, thread_ts: str | None = None) -> None:
-        """Post once: claim the subject, post, remember the ts (or let go on failure)."""
+    def _claim(self, subject: str) -> bool:
+        """The subject's row, ours to post; False when posted already (or by another replica)."""
         try:
             with self.bot.db.begin() as conn:
                 conn.execute(chat_messages.insert().values(
                     subject=subject, channel=self.channel, ts=None, rendered=None, final=0,
                     updated_at=now_iso()))
         except IntegrityError:
+            return False
+        return True
+
+    def _post(self, subject: str, message: Message, thread_ts: str | None = None) -> None:
+        """Post once: claim the subject, post, remember the ts (or let go on failure)."""
+        if not self._claim(subject):
             return  # posted already (or being posted by another replica)
         try:
             answer = self.client.chat_postMessage(channel=self.channel, text=message.text,

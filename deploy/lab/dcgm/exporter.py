@@ -16,6 +16,8 @@ Fault keys (all optional):
   gpu_missing=G[,G]   those GPUs' series disappear (fallen off the bus)
   exporter=down       the node's endpoint answers 503 and the node is left out of /metrics
   driver=VERSION      the DCGM_FI_DRIVER_VERSION label
+  vbios=VERSION       the DCGM_FI_DEV_VBIOS_VERSION label of every GPU of the node (default
+                      VBIOS); the InfoROM image (DCGM_FI_DEV_INFOROM_IMAGE_VER) is INFOROM
 """
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ FB_TOTAL_MIB = 81559
 # An HGX H100 board's PCI bus ids, GPU 0..7.
 PCI_BUSES = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
 XID_WINDOW_MS = "300000"  # dcgm-exporter's default --xid-count-window-size (5 minutes)
+# Field values dcgm-exporter adds as labels when its counters CSV lists them as `label`.
+VBIOS = "96.00.89.00.01"
+INFOROM = "G520.0200.00.05"
 
 # name -> (type, help) in the order dcgm-exporter prints them.
 METRICS: dict[str, tuple[str, str]] = {
@@ -55,6 +60,7 @@ class Gpu:
     node: str
     index: int
     driver: str
+    vbios: str = VBIOS
 
     def labels(self) -> list[tuple[str, str]]:
         return [
@@ -66,6 +72,8 @@ class Gpu:
             ("Hostname", self.node),
             ("hostname", self.node),  # newer dcgm-exporter releases; clients accept both
             ("DCGM_FI_DRIVER_VERSION", self.driver),
+            ("DCGM_FI_DEV_VBIOS_VERSION", self.vbios),
+            ("DCGM_FI_DEV_INFOROM_IMAGE_VER", INFOROM),
         ]
 
 
@@ -186,10 +194,11 @@ def render(nodes: list[str], faults_dir: Path | None, default_driver: str,
             continue
         missing = _ints(fault.get("gpu_missing"))
         driver = str(fault.get("driver", default_driver))
+        vbios = str(fault.get("vbios") or VBIOS)
         for i in range(gpus):
             if i in missing:
                 continue
-            for name, labels, value in samples(Gpu(node, i, driver), fault):
+            for name, labels, value in samples(Gpu(node, i, driver, vbios), fault):
                 text = ",".join(f'{k}="{escape(v)}"' for k, v in labels)
                 by_metric[name].append(f"{name}{{{text}}} {value}")
     lines = []

@@ -47,6 +47,13 @@ RESOURCES = [
     Resource("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False, builtin=False),
     Resource("nvidia.com", "v1alpha1", "nvidiadrivers", "NVIDIADriver", False, ("nvd",),
              builtin=False),
+    # Kueue (kueue.x-k8s.io): fairshare-review reads ClusterQueues' quota and usage.
+    Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", False, ("cq",),
+             builtin=False),
+    Resource("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", True, ("queue", "queues"),
+             builtin=False),
+    Resource("kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", False,
+             ("flavor", "flavors", "rf"), builtin=False),
 ]
 # Subresources listed in discovery: (parent plural, subresource, kind, group, version, verbs).
 SUBRESOURCES = {
@@ -57,6 +64,8 @@ SUBRESOURCES = {
     "poddisruptionbudgets": [("status", "PodDisruptionBudget", "", "", ("get", "patch", "update"))],
     "clusterpolicies": [("status", "ClusterPolicy", "", "", ("get", "patch", "update"))],
     "nvidiadrivers": [("status", "NVIDIADriver", "", "", ("get", "patch", "update"))],
+    "clusterqueues": [("status", "ClusterQueue", "", "", ("get", "patch", "update"))],
+    "localqueues": [("status", "LocalQueue", "", "", ("get", "patch", "update"))],
 }
 # Preferred version first.
 GROUPS: dict[str, list[str]] = {}

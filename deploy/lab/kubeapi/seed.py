@@ -17,6 +17,7 @@ from .controllers import (
 )
 from .errors import Obj
 from .faults import record_driver
+from .kueue import seed_kueue
 from .resources import by_kind
 from .server import VERSION
 from .store import meta
@@ -35,6 +36,7 @@ PODS_PER_NODE = [3, 2, 2, 3]
 # bot's pool label says slurm and its NoSchedule taint keeps serving pods off; the GPU
 # Operator's DaemonSets tolerate it (the driver serves Slurm jobs too).
 HANDOFF_NODES = ["gpu04"]
+OPERATOR_VERSION = "v23.9.2"  # the GPU Operator release (its validator image has the same tag)
 HANDOFF_POOL = "gpu-runbook-bot/pool"
 HANDOFF_TOLERATION = {"key": HANDOFF_POOL, "operator": "Exists", "effect": "NoSchedule"}
 
@@ -121,7 +123,10 @@ def daemonset(name: str, image: str) -> Obj:
 
 
 def cluster_policy(driver: str) -> Obj:
-    return {"metadata": {"name": "cluster-policy"}, "spec": {
+    # The GPU Operator's Helm chart labels the ClusterPolicy with its release (appVersion).
+    labels = {"app.kubernetes.io/component": "gpu-operator",
+              "app.kubernetes.io/version": OPERATOR_VERSION}
+    return {"metadata": {"name": "cluster-policy", "labels": labels}, "spec": {
         "operator": {"defaultRuntime": "containerd"},
         "daemonsets": {"updateStrategy": "RollingUpdate"},
         "driver": {"enabled": True, "repository": "nvcr.io/nvidia", "image": "driver",
@@ -156,12 +161,14 @@ def seed(cluster: Cluster, nodes: list[str], default_driver: str) -> None:
     store.create(by_kind("ClusterPolicy"), "", cluster_policy(default_driver))
     images = {DRIVER_DS: f"nvcr.io/nvidia/driver:{default_driver}-ubuntu22.04",
               "nvidia-dcgm-exporter": "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.1-ubuntu22.04",
-              VALIDATOR_DS: "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v23.9.2"}
+              VALIDATOR_DS: "nvcr.io/nvidia/cloud-native/gpu-operator-validator:"
+                            + OPERATOR_VERSION}
     for name, image in images.items():
         ds = store.create(by_kind("DaemonSet"), OPERATOR_NS, daemonset(name, image))
         for node_name in [*nodes, *HANDOFF_NODES]:
             ready_pod(cluster, pod_from_template(ds, node_name))
     seed_serving(cluster, nodes)
+    seed_kueue(store, SERVING_NS)
 
 
 def seed_serving(cluster: Cluster, nodes: list[str]) -> None:

@@ -117,6 +117,14 @@ COLUMNS: dict[str, list[Column]] = {
     "Lease": [NAME, ("Holder", "string", 0, _get("spec", "holderIdentity", default="")), AGE],
     "ClusterPolicy": [NAME, ("Status", "string", 0, _get("status", "state", default="")), AGE],
     "NVIDIADriver": [NAME, ("Status", "string", 0, _get("status", "state", default="")), AGE],
+    "ClusterQueue": [NAME, ("Cohort", "string", 0, _get("spec", "cohort", default="")),
+                     ("Pending Workloads", "integer", 0,
+                      _get("status", "pendingWorkloads", default=0))],
+    "LocalQueue": [NAME, ("ClusterQueue", "string", 0, _get("spec", "clusterQueue", default="")),
+                   ("Pending Workloads", "integer", 0,
+                    _get("status", "pendingWorkloads", default=0)),
+                   ("Admitted Workloads", "integer", 0,
+                    _get("status", "admittedWorkloads", default=0))],
     "Namespace": [NAME, ("Status", "string", 0, _get("status", "phase", default="")), AGE],
 }
 

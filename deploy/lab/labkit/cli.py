@@ -31,6 +31,8 @@ from . import (
 )
 from .layout import (
     ACCOUNT,
+    CAPPED_QOS,
+    CAPPED_QOS_GPUS,
     CLUSTER,
     DEFAULT_DRIVER,
     DEFAULT_NODES,
@@ -40,6 +42,7 @@ from .layout import (
     MAX_SOCKET_PATH,
     PARTITION,
     QOS,
+    SECOND_ACCOUNT,
     SERVICE_OFFSETS,
     Info,
     LabError,
@@ -130,6 +133,8 @@ def base_info(layout: Layout, ports: Ports, nodes: list[str], started: list[str]
         "faults_dir": str(layout.faults),
         "log_dir": str(layout.log),
         "cluster": CLUSTER, "partition": PARTITION, "account": ACCOUNT, "qos": QOS,
+        "second_account": SECOND_ACCOUNT, "capped_qos": CAPPED_QOS,
+        "capped_qos_gpus": CAPPED_QOS_GPUS,
         "user": "root", "gpu_type": GPU_TYPE, "gpus_per_node": GPUS_PER_NODE,
         "default_driver_version": DEFAULT_DRIVER,
         "nodes": nodes, "slurmd_nodes": started,
@@ -381,6 +386,8 @@ def known_node(layout: Layout, node: str) -> None:
     nodes = layout.read_info().get("nodes")
     if node in kube.KUBE_NODES or node == kube.FAULT_NODE:
         return  # the Kubernetes pool's nodes and the API server itself
+    if node in SLURM_INSTALL_TARGETS:
+        return  # `install=fail` for slurm-install of slurmdbd or slurmctld
     if nodes and node not in nodes:
         raise LabError(f"unknown node {node!r}; lab nodes are {nodes[0]}..{nodes[-1]}")
 
@@ -457,6 +464,35 @@ def cmd_mig_reload(args: argparse.Namespace) -> int:
         layout.write_info(info)
     print(f"{args.node}: Gres={mig.slurm_gres(layout, args.node)}; slurmctld and "
           f"slurmd-{args.node} restarted")
+    return 0
+
+
+SLURM_INSTALL_TARGETS = ("slurmdbd", "slurmctld")
+
+
+def cmd_slurm_install(args: argparse.Namespace) -> int:
+    """The lab's stand-in for a site's Slurm package install (upgrade-slurm): the lab has one
+    Slurm, so VERSION must be it; DAEMON (NODE's slurmd) is restarted. `lab fault slurmdbd|
+    slurmctld|NODE install=fail` makes it fail first, changing nothing."""
+    layout = Layout(lab_dir())
+    info = layout.read_info()
+    if args.daemon == "slurmd" and args.node not in info.get("slurmd_nodes", []):
+        raise LabError(f"slurm-install slurmd needs a NODE that runs slurmd, not {args.node!r}")
+    target = args.node if args.daemon == "slurmd" else args.daemon
+    if faults.read(layout, target).get("install") == "fail":
+        raise LabError(f"installing Slurm {args.version} for {target} failed (lab fault "
+                       "install=fail)")
+    have = d.run(["slurmd", "-V"]).stdout.split()[-1:]
+    if have != [args.version]:
+        raise LabError(f"the lab has Slurm {' '.join(have) or '?'} only, not {args.version}")
+    name = f"slurmd-{args.node}" if args.daemon == "slurmd" else args.daemon
+    everything = registry(layout, ports_of(info), info["nodes"], info["slurmd_nodes"])
+    with locked(layout):
+        procs.stop(layout, [name])
+        d.start(layout, {x.name: x for x in everything}[name])
+        info["daemons"] = daemon_table(layout, info)
+        layout.write_info(info)
+    print(f"{name}: Slurm {args.version} installed (the lab's own) and restarted")
     return 0
 
 
@@ -657,7 +693,8 @@ def parser() -> argparse.ArgumentParser:
     fault = sub.add_parser("fault", help="NODE key=value... | NODE clear")
     fault.add_argument("node")
     fault.add_argument("pairs", nargs="+", metavar="key=value",
-                       help="health=fail|pass, driver=VERSION, gpu=N, upgrade=fail, xid=N "
+                       help="health=fail|pass, driver=VERSION, vbios=VERSION, gpu=N, "
+                       "upgrade=fail, xid=N "
                        "[xid_gpu=G], ecc_dbe=N, temp=T, util=U, gpu_missing=G[,G], "
                        "row_remap_failure=1, remapped_rows=N, exporter=down, any "
                        "key=value, or clear; NODE kube: api=500|hang|ok")
@@ -680,6 +717,12 @@ def parser() -> argparse.ArgumentParser:
     sw.add_argument("data_dir", help="an etcd data directory holding member/ "
                     "(restored with --name grblab and the lab's peer URL)")
     sw.set_defaults(func=cmd_etcd_switch)
+    si = sub.add_parser("slurm-install", help="upgrade-slurm's install command: check VERSION "
+                        "is the lab's Slurm and restart DAEMON (NODE's slurmd)")
+    si.add_argument("daemon", choices=["slurmdbd", "slurmctld", "slurmd"])
+    si.add_argument("version")
+    si.add_argument("node", nargs="?", default="")
+    si.set_defaults(func=cmd_slurm_install)
     bf = sub.add_parser("backfill", help="write OpenMetrics history into the lab's Prometheus "
                         "(promtool tsdb create-blocks-from openmetrics; restarts Prometheus)")
     bf.add_argument("file", help="an OpenMetrics text file ending in `# EOF`")

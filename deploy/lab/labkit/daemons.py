@@ -11,7 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import procs
-from .layout import ACCOUNT, CLUSTER, QOS, LabError, Layout, Ports
+from .layout import (
+    ACCOUNT,
+    CAPPED_QOS,
+    CAPPED_QOS_GPUS,
+    CLUSTER,
+    QOS,
+    SECOND_ACCOUNT,
+    LabError,
+    Layout,
+    Ports,
+)
 from .render import MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER
 
 READY_TIMEOUT = float(os.environ.get("RUNBOOK_LAB_TIMEOUT", "60"))
@@ -194,6 +204,7 @@ def ensure_accounting(layout: Layout) -> None:
         commands.append(f"add qos {QOS} Priority=10")
     if (CLUSTER, ACCOUNT, "root") not in rows:
         commands.append(f"add user root Account={ACCOUNT} Cluster={CLUSTER} QOS=normal,{QOS}")
+    commands += _fairshare_accounting(rows, qos.stdout.split())
     if not commands:
         return
     # sacctmgr reads commands from stdin: one process for all adds.
@@ -201,6 +212,20 @@ def ensure_accounting(layout: Layout) -> None:
                             capture_output=True, text=True, timeout=60, check=False)
     if result.returncode != 0:
         raise LabError(f"sacctmgr failed ({'; '.join(commands)}):\n{result.stdout}{result.stderr}")
+
+
+def _fairshare_accounting(rows: set[tuple[str, ...]], qos: list[str]) -> list[str]:
+    """fairshare-review's second account and its QOS with a GPU limit, when missing."""
+    commands = []
+    if not any(row[1] == SECOND_ACCOUNT for row in rows):
+        commands.append(f"add account {SECOND_ACCOUNT} Description=lab-vision "
+                        f"Organization=lab Cluster={CLUSTER}")
+    if CAPPED_QOS not in qos:
+        commands.append(f"add qos {CAPPED_QOS} Priority=5 GrpTRES=gres/gpu={CAPPED_QOS_GPUS}")
+    if (CLUSTER, SECOND_ACCOUNT, "root") not in rows:
+        commands.append(f"add user root Account={SECOND_ACCOUNT} Cluster={CLUSTER} "
+                        f"QOS=normal,{CAPPED_QOS}")
+    return commands
 
 
 def slurmctld(layout: Layout, ports: Ports) -> Daemon:

@@ -14,7 +14,7 @@ TOOL_NAMES = ["dcgmi", "nvidia-smi", "lab-driver-install", "lab-reboot", "nvidia
 LAB_COMMAND = Path(__file__).resolve().parent.parent / "lab"
 CHOICES = {"health": {"pass", "fail"}, "api": {"500", "hang", "ok"},
            "upgrade": {"fail", "ok"}, "reset": {"fail", "ok"},
-           "mig": {"fail", "ok"}, "reboot": {"hang", "ok"}}
+           "mig": {"fail", "ok"}, "reboot": {"hang", "ok"}, "install": {"fail", "ok"}}
 
 
 def install_tools(layout: Layout) -> None:

@@ -6,6 +6,8 @@ Numbers are checked here so a typo fails the command instead of the scrape. Ever
 """
 from __future__ import annotations
 
+import re
+
 from .layout import GPUS_PER_NODE, Info, LabError
 
 # key -> (lowest, highest) accepted value; every value an integer.
@@ -21,6 +23,7 @@ NUMERIC: dict[str, tuple[int, int]] = {
 }
 LISTS = {"gpu_missing": (0, GPUS_PER_NODE - 1)}  # comma-separated GPU indices
 CHOICES = {"exporter": {"down", "up"}}
+VBIOS = re.compile(r"^[0-9A-F]{2}(\.[0-9A-F]{2}){4}$")  # 96.00.89.00.01
 
 
 def _number(key: str, text: str, low: int, high: int) -> int:
@@ -44,6 +47,8 @@ def validate(key: str, value: str) -> None:
             _number(key, part, *LISTS[key])
     elif key in CHOICES and value not in CHOICES[key]:
         raise LabError(f"{key} must be one of {sorted(CHOICES[key])}")
+    elif key == "vbios" and not VBIOS.match(value):
+        raise LabError(f"vbios must be a VBIOS version like 96.00.89.00.01, got {value!r}")
 
 
 def count_xid(data: Info, updates: dict[str, str]) -> Info:

@@ -20,6 +20,9 @@ CLUSTER = "grblab"
 PARTITION = "gpu"
 ACCOUNT = "ml-research"
 QOS = "gpu-normal"
+# fairshare-review: a second account, and a QOS with a GPU limit (GrpTRES gres/gpu) for it.
+SECOND_ACCOUNT = "cv-research"
+CAPPED_QOS, CAPPED_QOS_GPUS = "gpu-capped", 16
 GPU_TYPE = "h100"
 GPUS_PER_NODE = 8
 DEFAULT_NODES = 5  # gpu05 is also in the Kubernetes pool (gpu05..gpu08)

@@ -52,6 +52,10 @@ GresTypes=gpu
 MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2
+# Fair share (sshare answers only under multifactor; fairshare-review reads it).
+PriorityType=priority/multifactor
+PriorityWeightFairshare=1000
+PriorityWeightAge=100
 # `scontrol reboot` runs this on the node: it restarts the node's slurmd with -b
 # ("report node rebooted"), which is what a real reboot looks like to slurmctld.
 RebootProgram={layout.bin}/lab-reboot

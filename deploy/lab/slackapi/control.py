@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
-from . import responses
+from . import files, responses
 from .journal import FaultError
 from .plumbing import BadRequest, content_type, first_values
 from .workspace import (
@@ -304,6 +304,8 @@ ROUTES: dict[tuple[str, str], Route] = {  # (verb, path); "*": any verb
     ("GET", "socket/clients"): socket_clients,
     ("POST", "socket/disconnect"): socket_disconnect,
     ("POST", "socket/close"): socket_close,
+    ("GET", "files"): files.list_files,
+    ("GET", "files/content"): files.file_content,
 }
 
 

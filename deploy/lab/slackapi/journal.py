@@ -88,6 +88,7 @@ class Journal:
         self.acks: list[Obj] = []
         self.responses: dict[str, Obj] = {}
         self.tickets: dict[str, float] = {}
+        self.files: dict[str, Obj] = {}  # uploads by file ID (files.py), bytes as base64
 
     # --- state ---------------------------------------------------------------
 
@@ -96,7 +97,7 @@ class Journal:
             return copy.deepcopy({
                 "calls": self.calls, "call_seq": self.call_seq, "faults": self.faults,
                 "fault_seq": self.fault_seq, "envelopes": self.envelopes, "acks": self.acks,
-                "responses": self.responses, "tickets": self.tickets})
+                "responses": self.responses, "tickets": self.tickets, "files": self.files})
 
     def load(self, data: Obj) -> None:
         with self.lock:
@@ -108,11 +109,13 @@ class Journal:
             self.acks = data.get("acks", [])
             self.responses = data.get("responses", {})
             self.tickets = data.get("tickets", {})
+            self.files = data.get("files", {})
 
     def reset(self) -> None:
         with self.lock:
             self.calls, self.faults, self.envelopes, self.acks = [], [], [], []
             self.responses = {}
+            self.files = {}
 
     # --- calls ---------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from . import control, socketmode, webapi
+from . import control, files, socketmode, webapi
 from .journal import Journal
 from .plumbing import BadRequest
 from .socketmode import SocketHub
@@ -179,7 +179,9 @@ class Handler(BaseHTTPRequestHandler):
         if path.startswith("/api/"):
             outcome = webapi.handle(self, path[len("/api/"):].strip("/"), query)
             return f"{path} {outcome}"
-        if path in socketmode.PATHS:
+        if path.startswith(files.UPLOAD_PATH):
+            files.upload(self, path[len(files.UPLOAD_PATH):])
+        elif path in socketmode.PATHS:
             socketmode.handle(self, query)
         elif path.startswith("/_lab/"):
             control.handle(self, path[len("/_lab/"):].rstrip("/"), dict(parse_qsl(query)))

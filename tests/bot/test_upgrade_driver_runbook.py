@@ -1,0 +1,157 @@
+"""The shipped upgrade-driver runbook through the bot, over the in-memory fakes: a driver
+below the pool's CUDA floor is refused before any plan (nothing changed), canaries that
+are also in nodes= are refused, a higher max_parallel or a shorter soak need break-glass,
+the same lock as rollback-driver, the Kubernetes plan's steps, and Slurm runs end to end
+through the engine (success; a failure in the rest with the nodes done and the rollback)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.actions import Action
+from adapters.kubernetes.actions import KubernetesActions
+from adapters.kubernetes.fake import FakeKubernetes
+from adapters.prometheus.config import PrometheusConfig
+from adapters.prometheus.fake import FakePrometheus
+from adapters.prometheus.soak import ErrorsHoldAction
+from adapters.slurm.config import SlurmConfig
+from adapters.slurm.driver_upgrade import DriverUpgradeAction
+from adapters.slurm.rolling import DriverRolloutAction
+from bot.execution.checks.core import Checks
+from bot.execution.checks.slurm import SlurmEvaluator
+from bot.execution.engine import Engine
+from bot.runbooks.catalogue import KNOWN, Catalogue
+from bot.runbooks.params import Inventory
+from bot.service import Service
+from kit.errors import Refused
+from tests.adapters.test_driver_upgrade import COMMANDS, NEW, OLD, DriverSlurm, errors
+from tests.conftest import LAB_USERS, BotFactory
+
+RUNBOOKS = Path(__file__).resolve().parents[2] / "runbooks"
+SLURM = ["gpu01", "gpu02", "gpu03", "gpu04"]
+KUBE = ["gpu05", "gpu06"]
+
+
+def upgrade_bot(make_bot: BotFactory) -> tuple[Service, DriverSlurm]:
+    """The shipped runbooks, the pools' CUDA 12.4 (floor 550.54.14), fakes behind them."""
+    bot = make_bot({name: (RUNBOOKS / f"{name}.yaml").read_text()
+                    for name in ("upgrade-driver", "rollback-driver")},
+                   drivers={"pools": {"slurm": {"cuda": ["12.4"]},
+                                      "kubernetes": {"cuda": ["12.4"]}}},
+                   users={**LAB_USERS, "erin": {"groups": ["gpu-leads"]}})
+    slurm = DriverSlurm(SLURM)
+    prom = FakePrometheus(errors(SLURM + KUBE))
+    config = SlurmConfig.model_validate({"commands": COMMANDS})
+
+    def sleep(seconds: float) -> None:
+        time.sleep(min(seconds, 0.01))
+
+    actions: list[Action] = [
+               DriverUpgradeAction(slurm, config, sleep, prometheus=prom),
+               DriverRolloutAction(slurm, config, sleep),
+               ErrorsHoldAction(prom, PrometheusConfig(url="http://prometheus.invalid:9090")),
+               *KubernetesActions(FakeKubernetes(KUBE), sleep=lambda s: None).all()]
+    bot.catalogue = Catalogue([*bot.catalogue._actions.values(), *actions], KNOWN)
+    bot.checks = Checks({"slurm": SlurmEvaluator(slurm)}, sleep=lambda s: None)
+    nodes = frozenset(SLURM + KUBE)
+    bot.inventory = Inventory(nodes=nodes, slurm=frozenset(SLURM), kubernetes=frozenset(KUBE),
+                              driver_floors=bot.config.drivers.floors())
+    return bot, slurm
+
+
+def asked(**over: str) -> dict[str, str]:
+    return {"pool": "slurm", "version": NEW, "canary": "gpu01", "nodes": "gpu[02-03]",
+            "soak": "30m", **over}
+
+
+def test_a_driver_below_the_cuda_floor_is_refused_before_any_plan(
+        make_bot: BotFactory) -> None:
+    bot, slurm = upgrade_bot(make_bot)
+    for pool in ("slurm", "kubernetes"):
+        with pytest.raises(Refused, match=r"version: driver 535\.161\.08 is below 550\.54\.14, "
+                                          r".*drivers\.pools\." + pool + r"\.cuda"):
+            bot.plan("upgrade-driver", asked(pool=pool, version=OLD))
+    with pytest.raises(Refused, match=r"below 550\.54\.14"):
+        bot.request("upgrade-driver", asked(version=OLD), "alice")
+    assert bot.plan("upgrade-driver", asked()).params["version"] == NEW
+    assert slurm.calls == []  # nothing was changed, nothing was even run
+
+
+def test_canaries_repeated_in_nodes_are_refused(make_bot: BotFactory) -> None:
+    bot, _ = upgrade_bot(make_bot)
+    with pytest.raises(Refused, match=r"gpu02 named both in canary= and in nodes="):
+        bot.plan("upgrade-driver", asked(canary="gpu[01-02]"))
+    with pytest.raises(Refused, match=r"nodes= is required for the Slurm pool"):
+        bot.plan("upgrade-driver", {k: v for k, v in asked().items() if k != "nodes"})
+    with pytest.raises(Refused, match=r"nodes=gpu06 does not apply to the Kubernetes pool"):
+        bot.plan("upgrade-driver", asked(pool="kubernetes", canary="gpu05", nodes="gpu06"))
+
+
+def test_guards_approvals_and_the_lock_of_rollback_driver(make_bot: BotFactory) -> None:
+    bot, _ = upgrade_bot(make_bot)
+    plan = bot.plan("upgrade-driver", asked())
+    assert plan.approval.required == 2
+    assert plan.locks == ["driver:slurm-pool", "node:gpu01", "node:gpu02", "node:gpu03"]
+    for weaker, why in (({"max_parallel": "2"}, "higher"), ({"soak": "5m"}, "lower")):
+        with pytest.raises(Refused, match=rf"weakens a guard .*{why} than its default"):
+            bot.request("upgrade-driver", asked(**weaker), "alice")
+    first = bot.request("upgrade-driver", asked(), "alice")
+    with pytest.raises(Refused, match=rf"driver:slurm-pool is held by execution {first}"):
+        bot.request("rollback-driver", {"nodes": "gpu04", "version": OLD}, "bob")
+
+
+def test_the_kubernetes_plan(make_bot: BotFactory) -> None:
+    bot, _ = upgrade_bot(make_bot)
+    params = {**{k: v for k, v in asked().items() if k != "nodes"}, "pool": "kubernetes",
+              "canary": "gpu05"}
+    plan = bot.plan("upgrade-driver", params)
+    ran = [s.id for s in plan.steps if not s.skipped]
+    assert ran == ["announce", "k8s-canary", "k8s-canary-wait", "k8s-soak", "k8s-policy",
+                   "k8s-set-version", "k8s-canary-remove", "k8s-wait", "k8s-verify"]
+    steps = {s.id: s for s in plan.steps}
+    assert steps["k8s-canary"].args["version"] == NEW
+    assert steps["k8s-canary-wait"].args["label_selector"] == \
+        "gpu-runbook-bot/driver-canary=true"
+    assert steps["k8s-policy"].args["max_parallel"] == 1
+    assert "maxParallelUpgrades\":1" in steps["k8s-policy"].operations[0]
+    assert steps["k8s-soak"].args["duration"] == 1800
+    assert "rollback-driver pool=kubernetes" in steps["k8s-wait"].args["hint"]
+    assert steps["k8s-canary"].undo is not None and steps["k8s-canary"].undo.args["remove"]
+
+
+def drive(bot: Service, params: dict[str, str]) -> Any:
+    execution_id = bot.request("upgrade-driver", params, "alice", break_glass=True)
+    for approver in ("carol", "dave", "erin"):
+        if bot.get(execution_id).state == "awaiting_approval":
+            bot.approve(execution_id, approver)
+    engine = Engine(bot)
+    try:
+        return engine.drive(execution_id)
+    finally:
+        engine.close()
+
+
+def test_a_slurm_upgrade_end_to_end(make_bot: BotFactory) -> None:
+    bot, slurm = upgrade_bot(make_bot)
+    ex = drive(bot, asked(soak="1s"))
+    assert ex.state == "succeeded", ex.error
+    assert slurm.driver == {"gpu01": NEW, "gpu02": NEW, "gpu03": NEW, "gpu04": OLD}
+    installs = [c[1] for c in slurm.calls if c[0] == "srun" and c[3][0] == "install"]
+    assert installs == ["gpu01", "gpu02", "gpu03"]
+
+
+def test_a_slurm_failure_in_the_rest_stops_with_the_rollback(make_bot: BotFactory) -> None:
+    bot, slurm = upgrade_bot(make_bot)
+    slurm.fail["gpu02"] = "install"
+    ex = drive(bot, asked(soak="1s"))
+    assert ex.state == "failed"
+    assert "gpu02: FAILED: driver-install failed" in (ex.error or "")
+    assert "Done (on driver 550.54.15): gpu01; not started: gpu03" in (ex.error or "")
+    assert (f"`runbook run rollback-driver pool=slurm nodes=gpu01 version={OLD}`"
+            in (ex.error or ""))
+    assert "left as they are" in (ex.error or "")
+    assert slurm.driver["gpu03"] == OLD and "DRAIN" in slurm.state["gpu02"].flags
