@@ -47,10 +47,9 @@ test: deps venv lint
 	@# byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, every `runbook` process the
 	@# suite starts (hundreds) would otherwise compile the project's modules again
 	$(BIN)/python -m compileall -q -j 0 kit bot adapters deploy/lab tests >/dev/null
-	@# two passes: the tests that need no server run on every core (pytest-xdist), then the
-	@# ones on the shared lab, PostgreSQL and podman run one at a time, as they share state
-	$(BIN)/pytest -q -n auto --durations=15 -m "not lab and not postgres and not image"
-	$(BIN)/pytest -q --durations=30 -m "lab or postgres or image"
+	@# two passes at once: the tests that need no server beside those on the lab, PostgreSQL
+	@# and podman (one at a time: they share the lab); see tests/run-suite
+	BIN=$(BIN) tests/run-suite
 
 unit: venv
 	$(BIN)/pytest -q -n auto -m "not lab and not postgres and not image"

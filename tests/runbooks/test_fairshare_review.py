@@ -77,9 +77,13 @@ def submit_and_wait(lab: Lab) -> list[str]:
             jobs.append(done.stdout.strip().split(";")[0])
     deadline = time.monotonic() + 60
     while True:
-        states = lab.run("sacct", "-n", "-X", "-P", "-j", ",".join(jobs), "-o", "state",
-                         "-S", "now-1hour").stdout.split()
-        if len(states) == len(jobs) and all(s == "COMPLETED" for s in states):
+        # asked as the report asks (a time window, not job IDs): on a lab just started, a
+        # window query lists finished jobs a moment after a query by ID does
+        listed = dict(line.split("|") for line in lab.run(
+            "sacct", "-n", "-X", "-P", "--allusers", "-o", "jobid,state",
+            "-S", "now-1days", "-E", "now").stdout.split())
+        states = [listed.get(job, "") for job in jobs]
+        if all(s == "COMPLETED" for s in states):
             return jobs
         assert time.monotonic() < deadline, (
             f"sacct never reported jobs {jobs} as completed: {states}; squeue says: "
@@ -102,7 +106,10 @@ def test_the_review_names_both_accounts_the_limit_kueue_and_posts_the_chart(
     rows = {(r["account"], r["qos"]): r for r in details["accounts"]}
     for account, qos in ((lab["account"], lab["qos"]),
                          (lab["second_account"], lab["capped_qos"])):
-        row = next(line.split() for line in lines if line.startswith(f"  {account}  {qos} "))
+        # the columns are as wide as the longest account and QOS seen in the period
+        row = next((line.split() for line in lines if line.split()[:2] == [account, qos]),
+                   None)
+        assert row is not None, summary
         assert int(row[5]) >= 2, row  # jobs (1-second jobs: GPU-hours print as 0.00)
         assert rows[(account, qos)]["gpu_hours"] > 0 and rows[(account, qos)]["jobs"] >= 2
         assert any(line.startswith(f"  {n}. {account}: mean ") for n in range(1, 6)

@@ -181,6 +181,8 @@ def bring_up(layout: Layout, info: Info) -> list[str]:
             d.grant_slurm_user(layout)
         if name == "slurmdbd":
             d.ensure_accounting(layout)
+        if name == "slurmctld":
+            d.ensure_fairshare_accounting(layout)
     slurmds = [x for x in everything if x.name.startswith("slurmd-")]
     launched = [(x, *d.launch(layout, x)) for x in slurmds]  # all at once, then wait
     for daemon, pid, was_started in launched:

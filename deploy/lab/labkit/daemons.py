@@ -204,18 +204,37 @@ def ensure_accounting(layout: Layout) -> None:
         commands.append(f"add qos {QOS} Priority=10")
     if (CLUSTER, ACCOUNT, "root") not in rows:
         commands.append(f"add user root Account={ACCOUNT} Cluster={CLUSTER} QOS=normal,{QOS}")
-    commands += _fairshare_accounting(rows, qos.stdout.split())
+    _sacctmgr_adds(env, commands)
+
+
+def _sacctmgr_adds(env: dict[str, str], commands: list[str]) -> None:
+    """sacctmgr reads commands from stdin: one process for all adds."""
     if not commands:
         return
-    # sacctmgr reads commands from stdin: one process for all adds.
     result = subprocess.run(["sacctmgr", "-i"], input="\n".join(commands) + "\n", env=env,
                             capture_output=True, text=True, timeout=60, check=False)
     if result.returncode != 0:
         raise LabError(f"sacctmgr failed ({'; '.join(commands)}):\n{result.stdout}{result.stderr}")
 
 
+def ensure_fairshare_accounting(layout: Layout) -> None:
+    """fairshare-review's second account and its QOS with a GPU limit, when missing. After
+    slurmctld: a fresh slurmdbd knows the gres/gpu TRES only once slurmctld registered it
+    (AccountingStorageTRES), and refuses a GrpTRES on it before."""
+    env = slurm_env(layout)
+    tres = ["sacctmgr", "-n", "-P", "list", "tres", "format=type,name"]
+    wait_for(lambda: "gres|gpu" in run(tres, env=env).stdout.split(),
+             "the gres/gpu TRES in slurmdbd (slurmctld registers it)",
+             [layout.log / "slurmctld.log"])
+    assoc = run(["sacctmgr", "-n", "-P", "list", "assoc", "format=cluster,account,user"], env=env)
+    qos = run(["sacctmgr", "-n", "-P", "list", "qos", "format=name"], env=env)
+    if assoc.returncode != 0 or qos.returncode != 0:
+        raise LabError(f"sacctmgr list failed: {assoc.stderr}{qos.stderr}")
+    rows = {tuple(line.split("|")) for line in assoc.stdout.splitlines()}
+    _sacctmgr_adds(env, _fairshare_accounting(rows, qos.stdout.split()))
+
+
 def _fairshare_accounting(rows: set[tuple[str, ...]], qos: list[str]) -> list[str]:
-    """fairshare-review's second account and its QOS with a GPU limit, when missing."""
     commands = []
     if not any(row[1] == SECOND_ACCOUNT for row in rows):
         commands.append(f"add account {SECOND_ACCOUNT} Description=lab-vision "
