@@ -36,7 +36,6 @@ from adapters.kubernetes.base import (
     check_node_names,
     listed,
 )
-from adapters.kubernetes.canary import CANARY_ACTIONS
 from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.drain import DrainAction
 from adapters.kubernetes.gpu_operator import (
@@ -47,6 +46,7 @@ from adapters.kubernetes.gpu_operator import (
 )
 from adapters.kubernetes.mig import MIG_ACTIONS
 from adapters.kubernetes.reboot import RequestRebootAction
+from adapters.kubernetes.upgrade_skip import UPGRADE_ACTIONS
 from kit.durations import format_duration
 
 CORDONED_BY = "gpu-runbook-bot/cordoned-by"  # who cordoned a node (k8s.cordon_nodes owner)
@@ -330,7 +330,7 @@ ACTION_CLASSES: tuple[type[KubernetesAction], ...] = (
     CordonAction, UncordonAction, CordonNodesAction, UncordonNodesAction, DrainAction,
     LabelAction, TaintAction, WaitLabelsAction, RequestRebootAction,
     SetDriverVersionAction, WaitUpgradeStateAction, WaitValidatorAction, DriverVersionsAction,
-    *MIG_ACTIONS, *CANARY_ACTIONS,
+    *MIG_ACTIONS, *UPGRADE_ACTIONS,
 )
 
 

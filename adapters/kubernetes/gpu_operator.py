@@ -13,7 +13,15 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from adapters.actions import ActionContext, ActionError, ActionResult, Seconds, StrictArguments
+from adapters.actions import (
+    ActionContext,
+    ActionError,
+    ActionResult,
+    ActionStopped,
+    ActionTimeout,
+    Seconds,
+    StrictArguments,
+)
 from adapters.kubernetes.backend import KubernetesConflict, KubernetesError, Node
 from adapters.kubernetes.base import KubernetesAction, NodeSetArguments, listed
 from adapters.kubernetes.config import GpuOperatorConfig
@@ -36,7 +44,7 @@ class WaitUpgradeStateArguments(NodeSetArguments):
     version: str | None = Field(default=None, pattern=VERSION)  # default: the operator's target
     timeout: Seconds = 3600.0
     poll: Seconds = 2.0
-    hint: str = Field(default="", max_length=500)  # added to an upgrade-failed stop: what next
+    hint: str = Field(default="", max_length=500)  # added to a stop (failed, timeout, cancel)
 
 
 class WaitValidatorArguments(NodeSetArguments):
@@ -179,7 +187,13 @@ class WaitUpgradeStateAction(_OperatorAction):
             return not pending, "", text
 
         ctx.progress(f"waiting for the driver upgrade to {version or '(operator target)'}")
-        waited = self._wait(f"driver upgrade to {version}", args.timeout, args.poll, ctx, check)
+        try:
+            waited = self._wait(f"driver upgrade to {version}", args.timeout, args.poll, ctx,
+                                check)
+        except (ActionTimeout, ActionStopped) as exc:  # a cancel or a timeout: what next
+            if not args.hint:
+                raise
+            raise type(exc)(f"{exc}. {args.hint}") from exc
         names = [n.name for n in nodes]
         return ActionResult(
             f"{listed(names)} {UPGRADE_DONE} on driver {version}",

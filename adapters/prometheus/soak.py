@@ -115,12 +115,13 @@ class ErrorsHoldArguments(StrictArguments):
     poll: Seconds = Field(default=10.0, le=600)
     metrics: list[str] = Field(default_factory=lambda: list(ERROR_METRICS), min_length=1)
     hint: str = Field(default="", max_length=500, description="added to a failure: what next")
+    dcgm_names: dict[str, str] = Field(default_factory=dict)  # node -> its DCGM Hostname
 
     def names(self) -> list[str]:
         for metric in self.metrics:
             if not re.fullmatch(METRIC, metric):
                 raise ActionError(f"{metric!r} is not a metric name")
-        return hostlist.expand(self.nodes)
+        return [self.dcgm_names.get(n, n) for n in hostlist.expand(self.nodes)]
 
 
 class ErrorsHoldAction(ActionBase[PrometheusBackend, PrometheusConfig]):

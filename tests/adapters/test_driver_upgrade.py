@@ -1,7 +1,7 @@
 """upgrade-driver's actions against the in-memory fakes: ``slurm.driver_upgrade`` (canaries
 first, the soak, the rest; stops at the first failure with the nodes done and the
 rollback-driver request), ``prom.gpu_errors_hold`` (no new XID or ECC error), and the GPU
-Operator's ``gpu_operator.canary_driver`` and ``gpu_operator.set_upgrade_policy``."""
+Operator's ``gpu_operator.skip_upgrade`` and ``gpu_operator.set_upgrade_policy``."""
 
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ import pytest
 
 from adapters.actions import ActionContext, ActionError, ActionStopped
 from adapters.kubernetes import KubernetesConfig
-from adapters.kubernetes.canary import (
-    CanaryDriverAction,
+from adapters.kubernetes.fake import FakeKubernetes
+from adapters.kubernetes.gpu_operator import CLUSTERPOLICY
+from adapters.kubernetes.upgrade_skip import (
+    SET_BY,
+    SKIP_LABEL,
     SetUpgradePolicyAction,
+    SkipUpgradeAction,
     UpgradePolicyArguments,
 )
-from adapters.kubernetes.fake import FakeKubernetes
-from adapters.kubernetes.gpu_operator import CLUSTERPOLICY, NVIDIADRIVER
 from adapters.prometheus.backend import PrometheusError, Sample
 from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.fake import FakePrometheus
@@ -240,10 +242,16 @@ def test_errors_hold_fails_closed() -> None:
         hold(FakePrometheus([])).run(arguments, context())
 
 
-# --- the GPU Operator: the canary NVIDIADriver and the upgrade policy --------------------
+# --- the GPU Operator: the skip labels and the upgrade policy -----------------------------
+
+def label(kube: FakeKubernetes, name: str, labels: dict[str, str]) -> None:
+    kube.patch_node(name, {"metadata": {"labels": labels}})
+
 
 def cluster() -> tuple[FakeKubernetes, KubernetesConfig]:
-    kube = FakeKubernetes(["gpu05", "gpu06", "gpu07"])
+    kube = FakeKubernetes(["gpu05", "gpu06", "gpu07", "gpu08"])
+    for name in kube.nodes:
+        label(kube, name, {"nvidia.com/gpu.present": "true"})
     group, version, plural = CLUSTERPOLICY
     kube.objects[(group, version, plural, None, "cluster-policy")] = {
         "metadata": {"name": "cluster-policy", "resourceVersion": "1"},
@@ -254,51 +262,74 @@ def cluster() -> tuple[FakeKubernetes, KubernetesConfig]:
     return kube, KubernetesConfig()
 
 
-def canary(kube: FakeKubernetes, config: KubernetesConfig, **over: Any) -> Any:
-    action = CanaryDriverAction(kube, config, lambda s: None)
-    arguments = action.Arguments.model_validate({"nodes": "gpu[05-06]", "version": NEW,
-                                                 **over})
-    return action, arguments
+def skip(kube: FakeKubernetes, config: KubernetesConfig, **over: Any) -> Any:
+    action = SkipUpgradeAction(kube, config, lambda s: None)
+    return action, action.Arguments.model_validate({"canary": "gpu05", **over})
 
 
-def test_the_canary_driver_labels_the_canaries_and_selects_them() -> None:
+def skipped(kube: FakeKubernetes) -> dict[str, tuple[str | None, str | None]]:
+    return {name: (n.labels.get(SKIP_LABEL), n.labels.get(SET_BY))
+            for name, n in sorted(kube.nodes.items())}
+
+
+def test_the_skip_label_holds_back_all_but_the_canaries_and_only_the_bots_come_off() -> None:
     kube, config = cluster()
-    action, arguments = canary(kube, config)
-    assert action.plan(arguments)[0] == ("kubectl label node gpu05 "
-                                         "gpu-runbook-bot/driver-canary=true --overwrite")
-    result = action.run(arguments, context())
-    assert result.changed and result.details["labelled"] == ["gpu05", "gpu06"]
-    group, version, plural = NVIDIADRIVER
-    obj = kube.get_custom_object(group, version, plural, "gpu-runbook-bot-canary")
-    assert obj["spec"] == {"driverType": "gpu", "repository": "nvcr.io/nvidia",
-                           "image": "driver", "version": NEW,
-                           "nodeSelector": {"gpu-runbook-bot/driver-canary": "true"}}
-    assert kube.nodes["gpu05"].labels["gpu-runbook-bot/driver-canary"] == "true"
-    assert "gpu-runbook-bot/driver-canary" not in kube.nodes["gpu07"].labels
-    assert not action.run(arguments, context()).changed  # again: nothing to do
-    assert "previous_version" not in result.details  # rollback-driver reads that key
-    _, newer = canary(kube, config, version="550.90.07")
-    assert action.run(newer, context()).changed
-    assert kube.get_custom_object(group, version, plural,
-                                  "gpu-runbook-bot-canary")["spec"]["version"] == "550.90.07"
-    _, remove = canary(kube, config, remove=True, version=None)
-    assert action.run(remove, context()).changed
-    assert not kube.list_nodes("gpu-runbook-bot/driver-canary=true")
-    with pytest.raises(Exception, match="not found"):
-        kube.get_custom_object(group, version, plural, "gpu-runbook-bot-canary")
-    assert not action.run(remove, context()).changed
+    label(kube, "gpu08", {SKIP_LABEL: "true"})  # the site skips gpu08 on purpose
+    action, hold = skip(kube, config)
+    assert action.plan(hold) == [
+        f"kubectl label node NODE {SKIP_LABEL}=true {SET_BY}=true for every node matching "
+        f"nvidia.com/gpu.present=true but gpu05; a node that already has {SKIP_LABEL}=true "
+        "(the site's) is left as it is"]
+    result = action.run(hold, context())
+    assert result.changed and result.details["labelled"] == ["gpu06", "gpu07"]
+    assert result.details["site_skipped"] == ["gpu08"]
+    assert skipped(kube) == {"gpu05": (None, None), "gpu06": ("true", "true"),
+                             "gpu07": ("true", "true"), "gpu08": ("true", None)}
+    again = action.run(hold, context())  # a run resumed after a crash: same record
+    assert not again.changed and again.details["held"] == ["gpu06", "gpu07"]
+    _, release = skip(kube, config, remove=True)
+    assert "kubectl label nodes -l gpu-runbook-bot/upgrade-skip-set=true" in \
+        action.plan(release)[0]
+    result = action.run(release, context())
+    assert result.changed and result.details["released"] == ["gpu06", "gpu07"]
+    assert skipped(kube) == {"gpu05": (None, None), "gpu06": (None, None),
+                             "gpu07": (None, None), "gpu08": ("true", None)}
+    assert not action.run(release, context()).changed
 
 
-def test_the_kubernetes_pool_refuses_nodes() -> None:
+def test_a_half_done_hold_is_completed_and_an_old_mark_on_a_canary_freed() -> None:
     kube, config = cluster()
-    action, arguments = canary(kube, config, others="gpu07")
+    label(kube, "gpu05", {SKIP_LABEL: "true", SET_BY: "true"})  # an earlier run
+    label(kube, "gpu06", {SKIP_LABEL: "true", SET_BY: "true"})  # before a crash
+    action, hold = skip(kube, config)
+    result = action.run(hold, context())
+    assert result.details["labelled"] == ["gpu07", "gpu08"] and result.details["freed"] == [
+        "gpu05"]
+    assert result.details["held"] == ["gpu06", "gpu07", "gpu08"]
+    assert skipped(kube)["gpu05"] == (None, None)
+
+
+def test_kubernetes_names_and_refusals() -> None:
+    kube, config = cluster()
+    action, hold = skip(kube, config, canary="node-a", kubernetes_names={"node-a": "gpu06"})
+    assert action.run(hold, context()).details["canaries"] == ["gpu06"]
+    assert skipped(kube)["gpu06"] == (None, None) and skipped(kube)["gpu05"] == ("true", "true")
+    kube, config = cluster()
+    label(kube, "gpu05", {SKIP_LABEL: "true"})
+    action, hold = skip(kube, config)
+    with pytest.raises(ActionError, match=r"canary gpu05 carries nvidia\.com/gpu-driver-upgrade"
+                                          r"\.skip=true \(the site's\)"):
+        action.run(hold, context())
+    assert skipped(kube)["gpu06"] == (None, None)  # refused before any label
+    with pytest.raises(ActionError, match=r"canary gpu09 is not a GPU node"):
+        action.run(skip(kube, config, canary="gpu09")[1], context())
     with pytest.raises(ActionError, match=r"nodes=gpu07 does not apply to the Kubernetes pool"):
-        action.plan(arguments)
+        action.plan(skip(kube, config, others="gpu07")[1])
     unlabelled = KubernetesConfig.model_validate({"gpu_operator": {
         "driver_version_label": None}})
-    action, arguments = canary(kube, unlabelled)
+    action, hold = skip(kube, unlabelled)
     with pytest.raises(ActionError, match=r"set kubernetes\.gpu_operator\.driver_version_label"):
-        action.plan(arguments)
+        action.plan(hold)
 
 
 def test_the_upgrade_policy_is_set_on_the_clusterpolicy() -> None:

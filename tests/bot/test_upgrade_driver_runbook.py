@@ -1,8 +1,9 @@
 """The shipped upgrade-driver runbook through the bot, over the in-memory fakes: a driver
 below the pool's CUDA floor is refused before any plan (nothing changed), canaries that
 are also in nodes= are refused, a higher max_parallel or a shorter soak need break-glass,
-the same lock as rollback-driver, the Kubernetes plan's steps, and Slurm runs end to end
-through the engine (success; a failure in the rest with the nodes done and the rollback)."""
+the same lock as rollback-driver, the Kubernetes plan's steps (skip labels on all but the
+canaries, released after the soak), and Slurm runs end to end through the engine
+(success; a failure in the rest with the nodes done and the rollback)."""
 
 from __future__ import annotations
 
@@ -110,17 +111,32 @@ def test_the_kubernetes_plan(make_bot: BotFactory) -> None:
               "canary": "gpu05"}
     plan = bot.plan("upgrade-driver", params)
     ran = [s.id for s in plan.steps if not s.skipped]
-    assert ran == ["announce", "k8s-canary", "k8s-canary-wait", "k8s-soak", "k8s-policy",
-                   "k8s-set-version", "k8s-canary-remove", "k8s-wait", "k8s-verify"]
+    assert ran == ["announce", "k8s-hold", "k8s-policy", "k8s-set-version", "k8s-canary-wait",
+                   "k8s-soak", "k8s-release", "k8s-wait", "k8s-verify"]
     steps = {s.id: s for s in plan.steps}
-    assert steps["k8s-canary"].args["version"] == NEW
-    assert steps["k8s-canary-wait"].args["label_selector"] == \
-        "gpu-runbook-bot/driver-canary=true"
+    assert steps["k8s-hold"].args["canary"] == "gpu05"
+    assert steps["k8s-hold"].undo is None  # a failure or cancel leaves the rest held back
+    assert "nvidia.com/gpu-driver-upgrade.skip=true gpu-runbook-bot/upgrade-skip-set=true " \
+        "for every node matching nvidia.com/gpu.present=true but gpu05" in \
+        steps["k8s-hold"].operations[0]
+    assert steps["k8s-release"].args["remove"] is True
+    unskipped = "nvidia.com/gpu.present=true,nvidia.com/gpu-driver-upgrade.skip!=true"
+    for wait in ("k8s-canary-wait", "k8s-wait"):
+        assert steps[wait].args["label_selector"] == unskipped
+        assert steps[wait].args["version"] == NEW
     assert steps["k8s-policy"].args["max_parallel"] == 1
     assert "maxParallelUpgrades\":1" in steps["k8s-policy"].operations[0]
     assert steps["k8s-soak"].args["duration"] == 1800
+    for held in ("k8s-canary-wait", "k8s-soak"):
+        hint = steps[held].args["hint"]
+        assert ("The rest was not started: the nodes this run held back keep their driver "
+                "with nvidia.com/gpu-driver-upgrade.skip=true (kubectl get nodes -l "
+                "gpu-runbook-bot/upgrade-skip-set=true lists them)") in hint
+        assert ("runbook run rollback-driver pool=kubernetes, then kubectl label nodes -l "
+                "gpu-runbook-bot/upgrade-skip-set=true nvidia.com/gpu-driver-upgrade.skip- "
+                f"gpu-runbook-bot/upgrade-skip-set-; to go on to {NEW}") in hint
     assert "rollback-driver pool=kubernetes" in steps["k8s-wait"].args["hint"]
-    assert steps["k8s-canary"].undo is not None and steps["k8s-canary"].undo.args["remove"]
+    assert steps["k8s-verify"].args["label_selector"] == unskipped
 
 
 def drive(bot: Service, params: dict[str, str]) -> Any:

@@ -109,9 +109,6 @@ def drive_the_adapter(lab: Lab) -> None:
         per_pool = config.model_copy(update={"gpu_operator": config.gpu_operator.model_copy(
             update={"driver_mode": "nvidiadriver", "nvidiadrivers": {"audit": AUDIT_DRIVER}})})
         run("gpu_operator.set_driver_version", per_pool, version="999.1.0", pool="audit")
-        # upgrade-driver's canary NVIDIADriver, on the version the node has: created, removed
-        run("gpu_operator.canary_driver", nodes=NODE, version=driver)
-        run("gpu_operator.canary_driver", nodes=NODE, remove=True)
         backend.list_custom_objects("kueue.x-k8s.io", "v1beta1", "clusterqueues")  # fairshare
         # Leader election: create, renew, release.
         elector = LeaseElector(backend, lease, "default", "rbac-audit", lease_seconds=5)

@@ -1,7 +1,7 @@
 """The lab's Kubernetes API server checked with real kubectl (and raw HTTP where kubectl
 hides the wire): get, cordon, label, taint, drain with and without a blocking PDB, the GPU
-Operator's ClusterPolicy and its driver upgrade walk, 415/409 Status bodies, API faults and
-watch. Every test restores what it changes."""
+Operator's ClusterPolicy and its driver upgrade walk (a skip-labelled node held back),
+415/409 Status bodies, API faults and watch. Every test restores what it changes."""
 from __future__ import annotations
 
 import json
@@ -200,6 +200,42 @@ def test_upgrade_fault_marks_node_failed_until_rollback(kube: Lab, cache: Path) 
         set_driver(kube, DEFAULT_DRIVER, 4, 0.1)  # the rollback recovers the node
         wait_until(lambda: settled(kube), "the rollback", timeout=40)
         kube.lab("fault", "gpu06", "upgrade=ok")
+        set_driver(kube, DEFAULT_DRIVER, 1, None)
+
+
+def test_skip_label_holds_a_node_back_and_nvidiadrivers_need_the_crd_flag(
+        kube: Lab, cache: Path) -> None:
+    new, skip = "550.54.15", "nvidia.com/gpu-driver-upgrade.skip"
+    nvd = "/apis/nvidia.com/v1alpha1/nvidiadrivers"
+    code, body = api(kube, "POST", nvd, {  # ignored: useNvidiaDriverCRD is false
+        "apiVersion": "nvidia.com/v1alpha1", "kind": "NVIDIADriver",
+        "metadata": {"name": "lab-ignored"},
+        "spec": {"version": "550.90.07", "nodeSelector": {"kubernetes.io/hostname": "gpu05"}}})
+    assert code == 201, body
+
+    def gpu06() -> dict[str, str]:
+        return dict(nodes(kube)["gpu06"]["metadata"]["labels"])
+    try:
+        out = kubectl(kube, cache, "label", "node", "gpu06", f"{skip}=true")
+        assert out.returncode == 0, out.stderr
+        set_driver(kube, new, 4, 0.05)
+        wait_until(lambda: all(x["metadata"]["labels"].get(DRIVER_LABEL) == new
+                               for n, x in nodes(kube).items() if n != "gpu06"),
+                   "every node but gpu06 on the new driver", timeout=30, every=0.05)
+        time.sleep(0.3)  # a few more upgrade steps: gpu06 stays parked
+        assert gpu06()[UPGRADE_STATE] == "upgrade-required"
+        assert gpu06()[DRIVER_LABEL] == DEFAULT_DRIVER
+        kubectl(kube, cache, "label", "node", "gpu06", f"{skip}-")
+        wait_until(lambda: gpu06().get(DRIVER_LABEL) == new
+                   and gpu06()[UPGRADE_STATE] == "upgrade-done",
+                   "gpu06 upgraded once the label is gone", timeout=20, every=0.05)
+    finally:
+        kubectl(kube, cache, "label", "node", "gpu06", f"{skip}-")
+        api(kube, "DELETE", f"{nvd}/lab-ignored")
+        set_driver(kube, DEFAULT_DRIVER, 4, 0.05)
+        wait_until(lambda: settled(kube) and all(
+            x["metadata"]["labels"].get(DRIVER_LABEL) == DEFAULT_DRIVER
+            for x in nodes(kube).values()), "the rollback", timeout=40)
         set_driver(kube, DEFAULT_DRIVER, 1, None)
 
 

@@ -2,7 +2,8 @@
 srun, the soak against the lab's Prometheus and DCGM simulator) on one canary and one more
 node: success, a health check failing on the second node (the stop, the nodes done and the
 rollback-driver request), a cancel during the soak; Kubernetes (the lab's GPU Operator fake)
-with one canary: success, and an upgrade-failed node in the rest. Soaks of seconds."""
+with one canary, the rest held back by skip labels: success (a node the site skips kept
+so), an upgrade-failed node in the rest, a cancel in the soak. Soaks of seconds."""
 
 from __future__ import annotations
 
@@ -16,15 +17,22 @@ from bot.config import EngineConfig, UserConfig, load_config
 from bot.service import Service
 from tests.lab.fixture import Lab
 from tests.lab.kubehelp import api, nodes, set_driver, settled, wait_until
-from tests.runbooks.test_slurm_runbooks import events, node, reservations, resume_everything, run
+from tests.runbooks.test_slurm_runbooks import (
+    events,
+    node,
+    reservations,
+    resume_everything,
+    run,
+    wait_for_event,
+)
 
 pytestmark = pytest.mark.lab
 
 NEW, NEXT = "550.54.15", "550.90.07"
 APPROVERS = ("carol", "dave", "erin")  # a soak of seconds is break-glass: one more approval
 CP_PATH = "/apis/nvidia.com/v1/clusterpolicies/cluster-policy"
-CANARY_PATH = "/apis/nvidia.com/v1alpha1/nvidiadrivers/gpu-runbook-bot-canary"
-CANARY_LABEL = "gpu-runbook-bot/driver-canary"
+SKIP, MARK = "nvidia.com/gpu-driver-upgrade.skip", "gpu-runbook-bot/upgrade-skip-set"
+STATE = "nvidia.com/gpu-driver-upgrade-state"
 DRIVER_LABEL = "lab.gpu-runbook-bot/driver-version"
 
 
@@ -111,7 +119,7 @@ def test_slurm_a_cancel_stops_at_the_canary(slurm_nodes: Lab, bot: Service) -> N
 @pytest.fixture
 def pool(lab: Lab) -> Iterator[Lab]:
     """Fast lab upgrades; afterwards the default driver, the upgrade policy as it was, no
-    canary NVIDIADriver or label, the pool settled."""
+    skip label or mark, faults cleared, the pool settled."""
     wait_until(lambda: settled(lab), "the Kubernetes pool to settle", timeout=60)
     code, policy = api(lab, "GET", CP_PATH)
     assert code == 200, policy
@@ -120,11 +128,10 @@ def pool(lab: Lab) -> Iterator[Lab]:
     yield lab
     for name in nodes(lab):
         lab.lab("fault", name, "clear")
-    api(lab, "DELETE", CANARY_PATH)
     for name, found in nodes(lab).items():
-        if CANARY_LABEL in found["metadata"].get("labels", {}):
+        if {SKIP, MARK} & set(found["metadata"].get("labels", {})):
             api(lab, "PATCH", f"/api/v1/nodes/{name}", {"metadata": {"labels": {
-                CANARY_LABEL: None}}}, ctype="application/merge-patch+json")
+                SKIP: None, MARK: None}}}, ctype="application/merge-patch+json")
     restore = {**before, "drain": before.get("drain"), "maxUnavailable":
                before.get("maxUnavailable")}
     api(lab, "PATCH", CP_PATH, {"spec": {"driver": {"upgradePolicy": restore}}},
@@ -140,25 +147,41 @@ def driver_versions(lab: Lab) -> dict[str, str]:
             if n["metadata"]["labels"].get("nvidia.com/gpu.present") == "true"}
 
 
-def test_kubernetes_canary_soak_clusterpolicy_then_an_upgrade_failed_stop(
+def upgrade_states(lab: Lab) -> dict[str, tuple[str, str, bool]]:
+    """Each GPU node's driver, upgrade state and whether it carries the skip label."""
+    return {name: (labels.get(DRIVER_LABEL), labels.get(STATE), labels.get(SKIP) == "true")
+            for name, n in nodes(lab).items()
+            if (labels := n["metadata"]["labels"]).get("nvidia.com/gpu.present") == "true"}
+
+
+def site_skip(lab: Lab, name: str) -> None:
+    code, body = api(lab, "PATCH", f"/api/v1/nodes/{name}", {"metadata": {"labels": {
+        SKIP: "true"}}}, ctype="application/merge-patch+json")
+    assert code == 200, body
+
+
+def test_kubernetes_canary_held_rest_then_an_upgrade_failed_stop(
         pool: Lab, bot: Service) -> None:
-    lab = pool
-    seen: list[dict[str, str]] = []
+    lab, old = pool, pool["default_driver_version"]
+    site_skip(lab, "gpu08")  # the site holds gpu08 back on purpose: it stays so
+    seen: list[dict[str, tuple[str, str, bool]]] = []
 
     def watch(bot: Service, execution_id: int) -> None:  # the canary leads the others
         while bot.get(execution_id).state not in ("succeeded", "failed", "cancelled"):
-            seen.append(driver_versions(lab))
+            seen.append(upgrade_states(lab))
             time.sleep(0.1)
 
     ex = upgrade(bot, {"pool": "kubernetes", "canary": "gpu06", "max_parallel": "4"},
                  during=watch)
     assert ex.state == "succeeded", ex.error
-    assert set(driver_versions(lab).values()) == {NEW}
-    assert any(v["gpu06"] == NEW and set(v.values()) != {NEW} for v in seen)
-    assert not any(v["gpu06"] != NEW and NEW in v.values() for v in seen)
-    assert api(lab, "GET", CANARY_PATH)[0] == 404
-    assert not any(CANARY_LABEL in n["metadata"].get("labels", {})
-                   for n in nodes(lab).values())
+    assert driver_versions(lab) == {**dict.fromkeys(driver_versions(lab), NEW), "gpu08": old}
+    held = [v for v in seen if v["gpu06"][:2] == (NEW, "upgrade-done")
+            and all(s == (old, "upgrade-required", True) for n, s in v.items() if n != "gpu06")]
+    assert held, "the soak: the canary on the new driver, the others held on the old one"
+    assert not any(v["gpu06"][0] != NEW and NEW in {s[0] for s in v.values()} for v in seen)
+    labels = {n: x["metadata"]["labels"] for n, x in nodes(lab).items()}
+    assert [n for n, x in labels.items() if SKIP in x or MARK in x] == ["gpu08"]
+    assert MARK not in labels["gpu08"]  # the site's label: kept, never the bot's
     policy = api(lab, "GET", CP_PATH)[1]["spec"]["driver"]
     assert policy["version"] == NEW
     assert policy["upgradePolicy"]["maxParallelUpgrades"] == 4
@@ -174,4 +197,24 @@ def test_kubernetes_canary_soak_clusterpolicy_then_an_upgrade_failed_stop(
     assert "gpu06" in error.split(f"Done (on driver {NEXT}):")[1]
     assert "runbook run rollback-driver pool=kubernetes" in error
     assert driver_versions(lab)["gpu07"] == NEW
-    assert api(lab, "GET", CANARY_PATH)[0] == 404  # the ClusterPolicy drives every node
+    assert not any(MARK in x["metadata"]["labels"] for x in nodes(lab).values())
+
+
+def test_kubernetes_a_cancel_in_the_soak_leaves_the_rest_held(pool: Lab, bot: Service) -> None:
+    lab, old = pool, pool["default_driver_version"]
+
+    def cancel_in_the_soak(bot: Service, execution_id: int) -> None:
+        wait_for_event(bot, execution_id, "step_started", "k8s-soak", seconds=30)
+        bot.cancel(execution_id, "alice")
+
+    ex = upgrade(bot, {"pool": "kubernetes", "canary": "gpu06", "soak": "30s"},
+                 during=cancel_in_the_soak)
+    assert ex.state == "cancelled", ex.error
+    [failed] = [e["data"] for e in events(bot, ex.id) if e["kind"] == "step_failed"]
+    assert failed["step"] == "k8s-soak"
+    assert "The rest was not started" in failed["error"]
+    assert "runbook run rollback-driver pool=kubernetes, then kubectl label nodes -l " \
+        f"{MARK}=true {SKIP}- {MARK}-" in failed["error"]
+    states = upgrade_states(lab)
+    assert states.pop("gpu06")[0] == NEW
+    assert set(states.values()) == {(old, "upgrade-required", True)}  # held: fail safe

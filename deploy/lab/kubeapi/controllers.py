@@ -21,6 +21,7 @@ CLUSTER_POLICY, NVIDIA_DRIVER = by_kind("ClusterPolicy"), by_kind("NVIDIADriver"
 STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 DRIVER_LABEL = "lab.gpu-runbook-bot/driver-version"
 INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
+SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"  # "true": parks in upgrade-required
 STEP_ANNOTATION = "lab.gpu-runbook-bot/upgrade-step-seconds"
 GPU_PRESENT = "nvidia.com/gpu.present"
 OPERATOR_NS = "gpu-operator"
@@ -142,17 +143,20 @@ def cluster_policy(cluster: Cluster) -> Obj | None:
 
 
 def target_version(cluster: Cluster, node: Obj) -> str | None:
-    """An NVIDIADriver whose nodeSelector matches wins over the ClusterPolicy."""
+    """The ClusterPolicy's version; with its spec.driver.useNvidiaDriverCRD true, the
+    version of the NVIDIADriver whose nodeSelector matches (as the operator, not both)."""
     labels = meta(node).get("labels") or {}
+    cp = cluster_policy(cluster)
+    driver_spec = (cp or {}).get("spec", {}).get("driver", {})
+    if not driver_spec.get("useNvidiaDriverCRD"):
+        return str(driver_spec["version"]) if driver_spec.get("version") else None
     for driver in cluster.store.select(NVIDIA_DRIVER)[0]:
         selector = driver.get("spec", {}).get("nodeSelector") or {}
         if all(labels.get(k) == v for k, v in selector.items()):
             version = driver.get("spec", {}).get("version")
             if version:
                 return str(version)
-    cp = cluster_policy(cluster)
-    version = (cp or {}).get("spec", {}).get("driver", {}).get("version")
-    return str(version) if version else None
+    return None
 
 
 def upgrade_step(cluster: Cluster) -> float:
@@ -213,7 +217,7 @@ def advance(cluster: Cluster, node: Obj, may_start: bool) -> bool:
     elif state == "upgrade-required":
         if target == current:
             changes[STATE_LABEL] = "upgrade-done"  # set back before the upgrade began
-        elif may_start:
+        elif may_start and labels.get(SKIP_LABEL) != "true":
             changes[STATE_LABEL], started = "cordon-required", True
     elif state == "cordon-required":
         if node.get("spec", {}).get("unschedulable"):
