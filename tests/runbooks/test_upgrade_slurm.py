@@ -6,7 +6,6 @@ later stage, nothing rolled back); a cancel while slurmdbd is being installed.""
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,11 +14,11 @@ from typing import Any
 import pytest
 
 from bot.config import EngineConfig, load_config
-from bot.execution.engine import Engine
 from bot.execution.executions import Execution
 from bot.service import Service
 from bot.store import audit
 from tests.lab.fixture import Lab
+from tests.runbooks.test_slurm_runbooks import run as run_runbook
 
 pytestmark = pytest.mark.lab
 
@@ -37,22 +36,7 @@ def bot(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]
 def run(bot: Service, params: dict[str, str],
         during: Callable[[Service, int], None] | None = None) -> Execution:
     """Request as alice, approved by carol and dave, driven to the end."""
-    execution_id = bot.request("upgrade-slurm", params, "alice")
-    for approver in ("carol", "dave"):
-        bot.approve(execution_id, approver)
-    engine = Engine(bot)
-    result: dict[str, Execution] = {}
-    worker = threading.Thread(target=lambda: result.update(ex=engine.drive(execution_id)))
-    worker.start()
-    try:
-        if during is not None:
-            during(bot, execution_id)
-        worker.join(120)
-    finally:
-        engine.close()
-    assert not worker.is_alive(), "the execution did not end"
-    assert audit.verify(bot.db).ok
-    return result["ex"]
+    return run_runbook(bot, "upgrade-slurm", params, approvers=("carol", "dave"), during=during)
 
 
 def events(bot: Service, execution_id: int) -> list[dict[str, Any]]:
