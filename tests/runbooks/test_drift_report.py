@@ -19,6 +19,7 @@ from bot.runtime import metrics
 from bot.service import Service
 from bot.store import audit
 from tests.lab.fixture import Lab
+from tests.runbooks.reporthelp import report_summary
 
 pytestmark = pytest.mark.lab
 
@@ -68,17 +69,7 @@ def wait_for_labels(bot: Service, seconds: float = 15) -> None:
 
 
 def run_report(bot: Service) -> str:
-    execution_id = bot.request("drift-report", {}, "alice")
-    engine = Engine(bot)
-    try:
-        ex = engine.drive(execution_id)
-    finally:
-        engine.close()
-    assert ex.state == "succeeded", ex.error
-    with bot.db.connect() as conn:
-        (done,) = [e for e in audit.events(conn, execution_id=execution_id)
-                   if e["kind"] == "step_finished"]
-    return str(done["data"]["summary"])
+    return report_summary(bot, "drift-report")
 
 
 def test_the_report_lists_the_drifted_nodes_with_their_fixes(lab: Lab, bot: Service,

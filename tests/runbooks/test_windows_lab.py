@@ -20,6 +20,7 @@ from bot.service import Service
 from bot.store import audit
 from tests.lab.fixture import Lab
 from tests.lab.kubehelp import api, nodes
+from tests.runbooks.reporthelp import report_summary
 
 pytestmark = pytest.mark.lab
 
@@ -122,17 +123,7 @@ def test_gpu_usage_report_on_the_lab(lab: Lab, bot: Service) -> None:
             f"sacct never reported job {job} as completed; squeue says: "
             + lab.run("squeue", "-j", job, "-o", "%i %T %r").stdout)
         time.sleep(0.5)
-    execution_id = bot.request("gpu-usage-report", {"period": "1d", "idle_for": "1m"}, "alice")
-    engine = Engine(bot)
-    try:
-        ex = engine.drive(execution_id)
-    finally:
-        engine.close()
-    assert ex.state == "succeeded", ex.error
-    with bot.db.connect() as conn:
-        done = [e for e in audit.events(conn, execution_id=execution_id)
-                if e["kind"] == "step_finished"]
-    summary = done[0]["data"]["summary"]
+    summary = report_summary(bot, "gpu-usage-report", {"period": "1d", "idle_for": "1m"})
     assert summary.startswith("GPU usage report, ")
     assert "GPU-hours and queue wait per account (sacct):" in summary
     assert "unknown: Slurm accounting" not in summary

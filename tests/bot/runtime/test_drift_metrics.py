@@ -14,14 +14,14 @@ from adapters.drift import DriftReportAction
 from adapters.drift.sources import DaemonVersions
 from bot.config_drivers import DriversConfig
 from bot.execution.checks.core import Checks
-from bot.execution.engine import Engine
 from bot.runbooks.catalogue import Catalogue
 from bot.runbooks.params import Inventory
 from bot.runtime import metrics
 from bot.service import Service
-from bot.store import audit, db
+from bot.store import db
 from tests.adapters.test_drift import PINNED, Kubernetes, Prometheus, Reads, fleet
 from tests.conftest import lab_config
+from tests.runbooks.reporthelp import report_summary
 
 RUNBOOK = Path(__file__).resolve().parents[3] / "runbooks" / "drift-report.yaml"
 DRIVERS = {"pools": {"slurm": {"pinned": PINNED, "cuda": ["12.2"]},
@@ -66,18 +66,8 @@ def test_the_report_runs_and_metrics_show_its_counts(tmp_path: Path, sqlite_url:
     assert step.args["slurm_nodes"] == ["gpu01", "gpu02", "gpu03", "gpu04"]
     assert step.operations[0] == "slurm pool: pinned driver 535.161.08, floor 535.54.03 (CUDA 12.2)"
     started = time.time()
-    execution_id = bot.request("drift-report", {}, "alice")
-    engine = Engine(bot)
-    try:
-        ex = engine.drive(execution_id)
-    finally:
-        engine.close()
-    assert ex.state == "succeeded", ex.error
-    with bot.db.connect() as conn:
-        (done,) = [e for e in audit.events(conn, execution_id=execution_id)
-                   if e["kind"] == "step_finished"]
-    assert "fix: runbook run rollback-driver pool=slurm nodes=gpu02 version=535.161.08" in (
-        done["data"]["summary"])
+    summary = report_summary(bot, "drift-report")
+    assert "fix: runbook run rollback-driver pool=slurm nodes=gpu02 version=535.161.08" in summary
     text = scrape(bot)
     assert 'runbook_drift_nodes{kind="driver_floor",pool="slurm"} 1.0' in text
     assert 'runbook_drift_nodes{kind="driver_pinned",pool="kubernetes"} 1.0' in text
