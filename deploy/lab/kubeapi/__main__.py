@@ -1,5 +1,5 @@
 """`python3 -m kubeapi --port N [--state FILE] [--faults DIR] [--log FILE] [--audit-log FILE]
-[--nodes a,b]`."""
+[--nodes a,b] [--handoff c]`."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +14,7 @@ from .audit import RequestLog
 from .cluster import Cluster, Timing
 from .controllers import ControllerLoop
 from .faults import FaultSwitch
-from .seed import seed
+from .seed import HANDOFF_NODES, seed
 from .server import ApiServer
 from .store import Store
 
@@ -30,11 +30,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--audit-log", type=Path, help="append one JSON line per request with its "
                    "RBAC attributes (verb, apiGroup, resource, ..., user agent) to this file")
     p.add_argument("--nodes", default="gpu05,gpu06,gpu07,gpu08", help="seeded GPU nodes")
+    p.add_argument("--handoff", default=",".join(HANDOFF_NODES),
+                   help="seeded Slurm nodes registered here too, serving Slurm")
     p.add_argument("--driver", default="535.161.08", help="seeded driver version")
     p.add_argument("--pod-ready", type=float, default=Timing.pod_ready,
                    help="seconds until a new pod is Ready")
     p.add_argument("--pod-grace", type=float, default=Timing.pod_grace,
                    help="cap on pod termination grace, seconds")
+    p.add_argument("--tick", type=float, default=Timing.tick,
+                   help="controller loop period, seconds (longer: less CPU for big pools)")
     p.add_argument("--upgrade-step", type=float, default=Timing.upgrade_step,
                    help="seconds per driver upgrade state")
     return p.parse_args(argv)
@@ -47,12 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, handlers=[handler],
                         format="%(asctime)s %(levelname)s %(message)s")
     timing = Timing(pod_ready=args.pod_ready, pod_grace=args.pod_grace,
-                    upgrade_step=args.upgrade_step)
+                    upgrade_step=args.upgrade_step, tick=args.tick)
     cluster = Cluster(Store(args.state), timing, args.faults)
     if args.state and args.state.exists():
         cluster.store.load(json.loads(args.state.read_text()))
     else:
-        seed(cluster, [n for n in args.nodes.split(",") if n], args.driver)
+        seed(cluster, [n for n in args.nodes.split(",") if n], args.driver,
+             [n for n in args.handoff.split(",") if n])
     request_log = RequestLog(args.audit_log) if args.audit_log else None
     server = ApiServer((args.host, args.port), cluster, FaultSwitch(args.faults), request_log)
     loop = ControllerLoop(cluster)

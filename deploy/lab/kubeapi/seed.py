@@ -2,6 +2,7 @@
 Operator's DaemonSets and ClusterPolicy, node Leases."""
 from __future__ import annotations
 
+import copy
 import hashlib
 import time
 
@@ -15,7 +16,7 @@ from .controllers import (
     owner_ref,
     pod_from_template,
 )
-from .errors import Obj
+from .errors import ApiError, Obj
 from .faults import record_driver
 from .kueue import seed_kueue
 from .resources import by_kind
@@ -38,6 +39,7 @@ PODS_PER_NODE = [3, 2, 2, 3]
 HANDOFF_NODES = ["gpu04"]
 OPERATOR_VERSION = "v23.9.2"  # the GPU Operator release (its validator image has the same tag)
 HANDOFF_POOL = "gpu-runbook-bot/pool"
+GENERATE_NAME_TRIES = 5
 HANDOFF_TOLERATION = {"key": HANDOFF_POOL, "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -63,15 +65,18 @@ def node(name: str, index: int, driver: str) -> Obj:
           "message": "kubelet is posting ready status", "lastHeartbeatTime": stamp,
           "lastTransitionTime": stamp}]
     machine = hashlib.sha256(name.encode()).hexdigest()[:32]
+    # 10.244.<index>.0/24 and 10.20.0.<10+index>, carried into the next octet past 255
+    cidr = f"10.{244 + index // 256}.{index % 256}.0/24"
+    address = f"10.20.{(10 + index) // 256}.{(10 + index) % 256}"
     return {
         "metadata": {"name": name, "labels": labels, "annotations": {
             "node.alpha.kubernetes.io/ttl": "0",
             "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
-        "spec": {"podCIDR": f"10.244.{index}.0/24", "podCIDRs": [f"10.244.{index}.0/24"]},
+        "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
         "status": {
             "capacity": resources, "allocatable": {**resources, "cpu": "95"},
             "conditions": conditions,
-            "addresses": [{"type": "InternalIP", "address": f"10.20.0.{10 + index}"},
+            "addresses": [{"type": "InternalIP", "address": address},
                           {"type": "Hostname", "address": name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
             "nodeInfo": {"machineID": machine, "systemUUID": machine, "bootID": machine[::-1],
@@ -144,16 +149,18 @@ def cluster_policy(driver: str) -> Obj:
         "status": {"state": "ready", "namespace": OPERATOR_NS}}
 
 
-def seed(cluster: Cluster, nodes: list[str], default_driver: str) -> None:
+def seed(cluster: Cluster, nodes: list[str], default_driver: str,
+         handoff: list[str] | None = None) -> None:
+    handoff = HANDOFF_NODES if handoff is None else handoff
     store = cluster.store
     for ns in NAMESPACES:
         store.create(by_kind("Namespace"), "", {"metadata": {"name": ns},
                                                 "spec": {"finalizers": ["kubernetes"]},
                                                 "status": {"phase": "Active"}})
-    for i, name in enumerate([*nodes, *HANDOFF_NODES]):
+    for i, name in enumerate([*nodes, *handoff]):
         # Every node starts on the ClusterPolicy's version; its fault file agrees.
         store.create(by_kind("Node"), "", serving_slurm(node(name, i, default_driver))
-                     if name in HANDOFF_NODES else node(name, i, default_driver))
+                     if name in handoff else node(name, i, default_driver))
         record_driver(cluster.faults_dir, name, default_driver)
         store.create(by_kind("Lease"), "kube-node-lease", {
             "metadata": {"name": name},
@@ -165,7 +172,7 @@ def seed(cluster: Cluster, nodes: list[str], default_driver: str) -> None:
                             + OPERATOR_VERSION}
     for name, image in images.items():
         ds = store.create(by_kind("DaemonSet"), OPERATOR_NS, daemonset(name, image))
-        for node_name in [*nodes, *HANDOFF_NODES]:
+        for node_name in [*nodes, *handoff]:
             ready_pod(cluster, pod_from_template(ds, node_name))
     seed_serving(cluster, nodes)
     seed_kueue(store, SERVING_NS)
@@ -197,7 +204,15 @@ def seed_serving(cluster: Cluster, nodes: list[str]) -> None:
 
 
 def ready_pod(cluster: Cluster, pod: Obj) -> None:
-    created = cluster.create_pod(pod, ready=False)
+    # generateName's 5 hex characters collide now and then among a scale lab's thousands of
+    # pods; like a real client, try another name (a name-less copy each time).
+    for attempt in range(GENERATE_NAME_TRIES):
+        try:
+            created = cluster.create_pod(copy.deepcopy(pod), ready=False)
+            break
+        except ApiError as exc:
+            if exc.reason != "AlreadyExists" or attempt == GENERATE_NAME_TRIES - 1:
+                raise
     cluster.never_ready.discard(meta(created)["uid"])
     cluster.store.modify(by_kind("Pod"), meta(created)["namespace"], meta(created)["name"],
                          set_ready)

@@ -25,6 +25,7 @@ from . import (
     packages,
     procs,
     render,
+    reset,
     rsyslog,
     slack,
     slackclient,
@@ -39,9 +40,12 @@ from .layout import (
     GPU_TYPE,
     GPUS_PER_NODE,
     MAX_NODES,
+    MAX_SLURMD,
     MAX_SOCKET_PATH,
     PARTITION,
     QOS,
+    SCALE_KUBE_NODES,
+    SCALE_NODES,
     SECOND_ACCOUNT,
     SERVICE_OFFSETS,
     Info,
@@ -62,8 +66,9 @@ STOP_GROUPS = [["slack", "rsyslog", "otlp"], ["prometheus"], ["alertmanager", "d
                ["mariadb"], ["munge"]]
 
 
-def registry(layout: Layout, ports: Ports, nodes: list[str], started: list[str]) -> list[d.Daemon]:
+def registry(layout: Layout, info: Info) -> list[d.Daemon]:
     """Every daemon of the lab, in start order."""
+    ports, nodes, started = ports_of(info), info["nodes"], info["slurmd_nodes"]
     return [
         d.munge(layout),
         d.mariadb(layout, ports),
@@ -71,12 +76,23 @@ def registry(layout: Layout, ports: Ports, nodes: list[str], started: list[str])
         d.slurmctld(layout, ports),
         *(d.slurmd(layout, ports, n, nodes.index(n)) for n in started),
         d.slurmrestd(layout, ports),
-        kube.daemon(layout, ports),
+        kube.daemon(layout, ports, *kube.of(info)),
         etcd.daemon(layout, ports),
-        *monitoring.daemons(layout, ports, nodes),
+        *monitoring.daemons(layout, ports, watched(info)),
         slack.daemon(layout, ports),
         *audit_receivers(layout, ports),
     ]
+
+
+def watched(info: Info) -> list[str]:
+    """The nodes with GPU telemetry: all of them, but in scale labs only the nodes running
+    slurmd and the first Kubernetes nodes (1,500 scrape targets a second cost a core)."""
+    slurm, (pool, _) = info["nodes"], kube.of(info)
+    if len(slurm) > ALL_SLURMD_UP_TO:
+        slurm = info["slurmd_nodes"]
+    if len(pool) > ALL_SLURMD_UP_TO:
+        pool = pool[:SCALE_SLURMD]
+    return monitoring.nodes_of(slurm, pool)
 
 
 def audit_receivers(layout: Layout, ports: Ports) -> list[d.Daemon]:
@@ -106,21 +122,31 @@ def ports_of(info: Info) -> Ports:
 
 # --- up --------------------------------------------------------------------
 
-def plan(layout: Layout, info: Info, nodes_arg: int | None, slurmd_arg: int | None) -> Info:
+def plan(layout: Layout, info: Info, nodes_arg: int | None, slurmd_arg: int | None,
+         kube_arg: int | None = None) -> Info:
     """Reuse a running lab's shape; otherwise pick nodes and free ports."""
     if running_daemons(layout, info):
-        if nodes_arg not in (None, len(info["nodes"])):
-            raise LabError(f"lab at {layout.root} runs {len(info['nodes'])} nodes; "
-                           "run `lab down` before changing --nodes")
+        if nodes_arg not in (None, len(info["nodes"])) or kube_arg not in (
+                None, len(kube.of(info)[0])):
+            raise LabError(f"lab at {layout.root} runs {len(info['nodes'])} nodes and "
+                           f"{len(kube.of(info)[0])} Kubernetes nodes; run `lab down` "
+                           "before changing --nodes or --kube-nodes")
         return info
     count = nodes_arg or DEFAULT_NODES  # a stopped lab takes today's default shape
     if not 1 <= count <= MAX_NODES:
         raise LabError(f"--nodes must be between 1 and {MAX_NODES}")
+    if kube_arg is not None and not 1 <= kube_arg <= MAX_NODES:
+        raise LabError(f"--kube-nodes must be between 1 and {MAX_NODES}")
+    if slurmd_arg is not None and not 1 <= slurmd_arg <= MAX_SLURMD:
+        raise LabError(f"--slurmd must be between 1 and {MAX_SLURMD}")
     nodes = node_names(count)
     default_started = count if count <= ALL_SLURMD_UP_TO else SCALE_SLURMD
     started = nodes[: min(slurmd_arg or default_started, count)]
     ports = pick_ports(layout.root, count, info.get("port_base"))
-    return base_info(layout, ports, nodes, started)
+    planned = base_info(layout, ports, nodes, started)
+    if kube_arg is not None:  # else today's pool (kube.KUBE_NODES): lab.json stays as it was
+        planned["kube_nodes"], planned["handoff_nodes"] = kube.shape(nodes, started, kube_arg)
+    return planned
 
 
 def base_info(layout: Layout, ports: Ports, nodes: list[str], started: list[str]) -> Info:
@@ -170,8 +196,7 @@ def check_socket_paths(layout: Layout) -> None:
 
 def bring_up(layout: Layout, info: Info) -> list[str]:
     """Start whatever is not running, in dependency order. Returns started names."""
-    ports, nodes = ports_of(info), info["nodes"]
-    everything = registry(layout, ports, nodes, info["slurmd_nodes"])
+    everything = registry(layout, info)
     by_name = {daemon.name: daemon for daemon in everything}
     started = []
     for name in ("munge", "mariadb", "slurmdbd", "slurmctld"):
@@ -193,7 +218,7 @@ def bring_up(layout: Layout, info: Info) -> list[str]:
         started.append("slurmrestd")
     if not procs.running_pid(layout, kube.NAME):
         kube.fresh_state(layout)  # a new API server starts from the seed
-    kube.write_kubeconfig(layout, ports)
+    kube.write_kubeconfig(layout, ports_of(info))
     if d.start(layout, by_name[kube.NAME]):
         started.append(kube.NAME)
     if d.start(layout, by_name[etcd.NAME]):
@@ -222,9 +247,9 @@ def finish_info(layout: Layout, info: Info) -> Info:
                    "key_file": str(layout.jwt_key)}
     version = d.run(["sinfo", "--version"]).stdout.split()
     info["slurm_version"] = version[-1] if version else "unknown"
-    info["kubeapi"] = kube.info(layout, ports_of(info))
+    info["kubeapi"] = kube.info(layout, ports_of(info), *kube.of(info))
     info["etcd"] = etcd.info(layout, ports_of(info))
-    info["monitoring"] = monitoring.info(layout, ports_of(info), info["nodes"])
+    info["monitoring"] = monitoring.info(layout, ports_of(info), watched(info))
     info["slack"] = slack.info(layout, ports_of(info))
     info["audit_receivers"] = {"syslog": rsyslog.info(layout, ports_of(info)),
                                "otlp": otlp.info(layout, ports_of(info))}
@@ -234,7 +259,7 @@ def finish_info(layout: Layout, info: Info) -> Info:
 
 
 def daemon_table(layout: Layout, info: Info) -> Info:
-    everything = registry(layout, ports_of(info), info["nodes"], info["slurmd_nodes"])
+    everything = registry(layout, info)
     return {
         x.name: {"pid": procs.running_pid(layout, x.name), "port": x.port,
                  "logs": [str(p) for p in x.logs]}
@@ -247,7 +272,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     began = time.monotonic()
     with locked(layout):
         packages.ensure_packages(allow_install=not args.no_install)
-        info = plan(layout, layout.read_info(), args.nodes, args.slurmd)
+        if args.scale:
+            args.nodes, args.kube_nodes = (args.nodes or SCALE_NODES,
+                                           args.kube_nodes or SCALE_KUBE_NODES)
+        info = plan(layout, layout.read_info(), args.nodes, args.slurmd, args.kube_nodes)
         check_socket_paths(layout)
         layout.make_dirs()
         if not running_daemons(layout, info):
@@ -267,7 +295,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     took = time.monotonic() - began
     if started:
         print(f"lab up at {layout.root}: {len(info['nodes'])} nodes, "
-              f"{len(info['slurmd_nodes'])} slurmd, started {len(started)} daemons in {took:.1f}s")
+              f"{len(info['slurmd_nodes'])} slurmd, {len(kube.of(info)[0])} Kubernetes "
+              f"nodes, started {len(started)} daemons in {took:.1f}s")
     else:
         print(f"lab already running at {layout.root} ({len(info['nodes'])} nodes); nothing to do")
     print(f"  eval \"$({shlex.quote(sys.argv[0])} env)\"")
@@ -386,7 +415,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def known_node(layout: Layout, node: str) -> None:
     nodes = layout.read_info().get("nodes")
-    if node in kube.KUBE_NODES or node == kube.FAULT_NODE:
+    if node in kube.of(layout.read_info())[0] or node == kube.FAULT_NODE:
         return  # the Kubernetes pool's nodes and the API server itself
     if node in SLURM_INSTALL_TARGETS:
         return  # `install=fail` for slurm-install of slurmdbd or slurmctld
@@ -414,7 +443,7 @@ def cmd_service(args: argparse.Namespace) -> int:
     info = layout.read_info()
     if "nodes" not in info:
         raise LabError(f"no lab at {layout.root}; run `lab up` first")
-    everything = registry(layout, ports_of(info), info["nodes"], info["slurmd_nodes"])
+    everything = registry(layout, info)
     by_name = {x.name: x for x in everything}
     daemon = by_name.get(args.name)
     if daemon is None:
@@ -443,6 +472,46 @@ def cmd_service(args: argparse.Namespace) -> int:
     return 0
 
 
+def reload_slurm_conf(layout: Layout, info: Info, nodes: list[str]) -> None:
+    """slurm.conf and gres.conf rendered again; slurmctld, then the nodes' slurmd restarted."""
+    everything = registry(layout, info)
+    by_name = {x.name: x for x in everything}
+    render.write_slurm_files(layout, ports_of(info), info["nodes"])
+    procs.stop(layout, [*(f"slurmd-{n}" for n in nodes), "slurmctld"])
+    d.start(layout, by_name["slurmctld"])
+    for x in everything:
+        if x.name.startswith("slurmd-") and procs.running_pid(layout, x.name):
+            d.wait_for(x.ready, x.name, x.logs)
+    for node in nodes:
+        d.start(layout, by_name[f"slurmd-{node}"])
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    layout = Layout(lab_dir())
+    info = layout.read_info()
+    reset.check_running(layout, info)
+    began, steps = time.monotonic(), []
+    with locked(layout):
+        everything = registry(layout, info)
+        stopped = [x for x in everything if not procs.running_pid(layout, x.name)]
+        for x in stopped:  # e.g. a slurmd a test stopped
+            d.start(layout, x)
+        steps.append(("daemons", "started " + (", ".join(x.name for x in stopped) or "none")))
+        reset.slurm(layout, info, steps)
+        mig_nodes = reset.faults(layout, {x.name: x for x in everything}[kube.NAME], steps)
+        mig_nodes = [n for n in mig_nodes if n in info["slurmd_nodes"]]
+        if mig_nodes:
+            reload_slurm_conf(layout, info, mig_nodes)
+        reset.node_steps(layout, info, steps)
+        try:
+            reset.services(layout, info, steps)
+        finally:  # kubeapi (and maybe slurmds) got new pids, even when a step failed
+            info["daemons"] = daemon_table(layout, info)
+            layout.write_info(info)
+    print(reset.report(steps, time.monotonic() - began))
+    return 0
+
+
 def cmd_mig_reload(args: argparse.Namespace) -> int:
     """The site's Slurm side of a MIG change: gres.conf and the node's Gres= in slurm.conf
     follow the node's layout; Slurm 22.05 needs slurmctld restarted (reconfigure leaves the
@@ -452,16 +521,8 @@ def cmd_mig_reload(args: argparse.Namespace) -> int:
     info = layout.read_info()
     if args.node not in info.get("slurmd_nodes", []):
         raise LabError(f"{args.node} runs no slurmd in this lab")
-    everything = registry(layout, ports_of(info), info["nodes"], info["slurmd_nodes"])
-    by_name = {x.name: x for x in everything}
     with locked(layout):
-        render.write_slurm_files(layout, ports_of(info), info["nodes"])
-        procs.stop(layout, [f"slurmd-{args.node}", "slurmctld"])
-        d.start(layout, by_name["slurmctld"])
-        for x in everything:
-            if x.name.startswith("slurmd-") and procs.running_pid(layout, x.name):
-                d.wait_for(x.ready, x.name, x.logs)
-        d.start(layout, by_name[f"slurmd-{args.node}"])
+        reload_slurm_conf(layout, info, [args.node])
         info["daemons"] = daemon_table(layout, info)
         layout.write_info(info)
     print(f"{args.node}: Gres={mig.slurm_gres(layout, args.node)}; slurmctld and "
@@ -488,7 +549,7 @@ def cmd_slurm_install(args: argparse.Namespace) -> int:
     if have != [args.version]:
         raise LabError(f"the lab has Slurm {' '.join(have) or '?'} only, not {args.version}")
     name = f"slurmd-{args.node}" if args.daemon == "slurmd" else args.daemon
-    everything = registry(layout, ports_of(info), info["nodes"], info["slurmd_nodes"])
+    everything = registry(layout, info)
     with locked(layout):
         procs.stop(layout, [name])
         d.start(layout, {x.name: x for x in everything}[name])
@@ -518,7 +579,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     if "nodes" not in info:
         raise LabError(f"no lab at {layout.root}; run `lab up` first")
     with locked(layout):
-        out = monitoring.backfill(layout, ports_of(info), info["nodes"], Path(args.file))
+        out = monitoring.backfill(layout, ports_of(info), watched(info), Path(args.file))
         info["daemons"] = daemon_table(layout, info)
         layout.write_info(info)
     print(out or f"backfilled {args.file}")
@@ -684,6 +745,11 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--nodes", type=int, help=f"nodes in slurm.conf (default {DEFAULT_NODES})")
     up.add_argument("--slurmd", type=int, help=f"slurmd to start (default: all up to "
                     f"{ALL_SLURMD_UP_TO} nodes, else {SCALE_SLURMD})")
+    up.add_argument("--kube-nodes", type=int, help="Kubernetes nodes, numbered on after the "
+                    "Slurm nodes (default: gpu05..gpu08 and the hand-off node gpu04)")
+    up.add_argument("--scale", action="store_true", help=f"a scale lab: --nodes {SCALE_NODES} "
+                    f"--kube-nodes {SCALE_KUBE_NODES} ({SCALE_SLURMD} slurmd; telemetry for "
+                    "the slurmd nodes and the first Kubernetes nodes only)")
     up.add_argument("--no-install", action="store_true", help="never apt-get install")
     up.set_defaults(func=cmd_up)
     down = sub.add_parser("down", help="stop the lab's daemons")
@@ -704,6 +770,9 @@ def parser() -> argparse.ArgumentParser:
     drv = sub.add_parser("driver", help="print the driver version NODE reports")
     drv.add_argument("node")
     drv.set_defaults(func=cmd_driver)
+    sub.add_parser("reset", help="a running lab back to its state after `lab up`: jobs, "
+                   "reservations, node states, features, faults, Kubernetes, alerts, Slack, "
+                   "the bot's database").set_defaults(func=cmd_reset)
     svc = sub.add_parser("service", help="stop|start|restart|status one lab daemon")
     svc.add_argument("name", help="slurmdbd, slurmctld, slurmrestd, mariadb, munge, "
                      "kubeapi, etcd, dcgm, prometheus, alertmanager, slack, rsyslog, otlp, "

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from .daemons import Daemon, http_status
-from .layout import CLUSTER, DEFAULT_DRIVER, Info, Layout, Ports
+from .layout import CLUSTER, DEFAULT_DRIVER, Info, Layout, Ports, node_names
 
 NAME = "kubeapi"
 # The Kubernetes pool: separate from the Slurm nodes gpu01..gpu04 of a default lab.
@@ -17,6 +17,28 @@ HANDOFF_NODES = ["gpu04"]
 FAULT_NODE = "kube"  # `lab fault kube api=500|hang|ok`
 TOKEN = "grblab-admin-token"  # any bearer token is accepted; clients just need one
 LAB_DIR = Path(__file__).resolve().parent.parent
+# A pool bigger than this gets a slower controller loop: every tick copies every pod, and
+# a 512-node pool's ~2,800 pods take ~1 s a tick (10 ticks a second would keep a core busy).
+SMALL_POOL, BIG_POOL_TICK = 16, 5.0
+
+
+def shape(slurm_nodes: list[str], slurmd_nodes: list[str],
+          count: int | None) -> tuple[list[str], list[str]]:
+    """The Kubernetes pool and its hand-off nodes: today's gpu05..gpu08 and gpu04 unless a
+    count is given; then COUNT nodes numbered on after the Slurm nodes (the bot names a node
+    once, so a name in both systems would be one node in both pools) and, as hand-off node,
+    the fourth node running slurmd (if there is one)."""
+    if count is None:
+        return list(KUBE_NODES), list(HANDOFF_NODES)
+    width = len(slurm_nodes[-1]) - 3 if slurm_nodes else 0
+    pool = node_names(count, first=len(slurm_nodes) + 1, width=width)
+    return pool, slurmd_nodes[3:4]
+
+
+def of(info: Info) -> tuple[list[str], list[str]]:
+    """The pool and hand-off nodes of a lab (labs from before --kube-nodes: today's)."""
+    return (list(info.get("kube_nodes", KUBE_NODES)),
+            list(info.get("handoff_nodes", HANDOFF_NODES)))
 
 
 def kubeconfig_path(layout: Layout) -> Path:
@@ -36,7 +58,8 @@ def url(ports: Ports) -> str:
     return f"http://127.0.0.1:{ports.service(NAME)}"
 
 
-def daemon(layout: Layout, ports: Ports) -> Daemon:
+def daemon(layout: Layout, ports: Ports, pool: list[str] = KUBE_NODES,
+           handoff: list[str] = HANDOFF_NODES) -> Daemon:
     port = ports.service(NAME)
     env = dict(os.environ, PYTHONPATH=str(LAB_DIR), PYTHONDONTWRITEBYTECODE="1")
 
@@ -48,8 +71,9 @@ def daemon(layout: Layout, ports: Ports) -> Daemon:
         argv=[sys.executable, "-m", "kubeapi", "--port", str(port),
               "--state", str(state_file(layout)), "--faults", str(layout.faults),
               "--log", str(layout.log / "kubeapi.log"), "--audit-log", str(audit_log(layout)),
-              "--nodes", ",".join(KUBE_NODES),
-              "--driver", DEFAULT_DRIVER],
+              "--nodes", ",".join(pool), "--handoff", ",".join(handoff),
+              "--driver", DEFAULT_DRIVER,
+              *(["--tick", str(BIG_POOL_TICK)] if len(pool) > SMALL_POOL else [])],
         env=env, port=port, logs=[layout.log / "kubeapi.log", layout.log / "kubeapi.out"],
         ready=ready,
     )
@@ -85,9 +109,10 @@ users:
     return path
 
 
-def info(layout: Layout, ports: Ports) -> Info:
+def info(layout: Layout, ports: Ports, pool: list[str] = KUBE_NODES,
+         handoff: list[str] = HANDOFF_NODES) -> Info:
     return {"url": url(ports), "kubeconfig": str(kubeconfig_path(layout)),
-            "nodes": KUBE_NODES, "handoff_nodes": HANDOFF_NODES, "context": CLUSTER,
+            "nodes": pool, "handoff_nodes": handoff, "context": CLUSTER,
             "token": TOKEN,
             "fault_node": FAULT_NODE, "state_file": str(state_file(layout)),
             "log": str(layout.log / "kubeapi.log"), "audit_log": str(audit_log(layout))}

@@ -45,7 +45,12 @@ SERVICE_OFFSETS = {"slurmctld": 0, "slurmdbd": 1, "slurmrestd": 2, "mariadb": 3,
                    "dcgm": 7, "prometheus": 8, "alertmanager": 9, "bot": BOT_OFFSET,
                    "slack": SLACK_OFFSET, "rsyslog": BOT_OFFSET + 2, "otlp": BOT_OFFSET + 3}
 SLURMD_OFFSET = 10
-MAX_NODES = BOT_OFFSET - SLURMD_OFFSET  # slurmd ports +10..+389
+MAX_SLURMD = BOT_OFFSET - SLURMD_OFFSET  # slurmd ports +10..+389
+# Nodes past MAX_SLURMD never run slurmd: they share one port nothing listens on (+399).
+IDLE_PORT_OFFSET = SLOT_SIZE - 1
+MAX_NODES = 4096
+# `lab up --scale`: 1,024 Slurm nodes (4 run slurmd) and 512 Kubernetes nodes.
+SCALE_NODES, SCALE_KUBE_NODES = 1024, 512
 # Unix socket paths are limited to 108 bytes (sun_path).
 MAX_SOCKET_PATH = 100
 
@@ -65,9 +70,10 @@ def lab_dir() -> Path:
     return Path(env).resolve() if env else default_lab_dir()
 
 
-def node_names(count: int) -> list[str]:
-    width = 2 if count < 100 else 3
-    return [f"gpu{i:0{width}d}" for i in range(1, count + 1)]
+def node_names(count: int, first: int = 1, width: int = 0) -> list[str]:
+    """gpu01..gpuNN, zero-padded to the widest name (at least 2 digits): gpu0001..gpu1024."""
+    width = width or max(2, len(str(first + count - 1)))
+    return [f"gpu{i:0{width}d}" for i in range(first, first + count)]
 
 
 def hostlist(names: list[str]) -> str:
@@ -87,11 +93,13 @@ class Ports:
         return self.base + SERVICE_OFFSETS[name]
 
     def slurmd(self, index: int) -> int:
+        if index >= MAX_SLURMD:
+            return self.base + IDLE_PORT_OFFSET
         return self.base + SLURMD_OFFSET + index
 
     def all(self) -> list[int]:
         services = [self.base + off for off in SERVICE_OFFSETS.values()]
-        return services + [self.slurmd(i) for i in range(self.nodes)]
+        return services + [self.slurmd(i) for i in range(min(self.nodes, MAX_SLURMD))]
 
 
 @dataclass

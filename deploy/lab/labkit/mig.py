@@ -4,6 +4,7 @@ gres.conf / slurm.conf node lines that follow it (`lab mig-reload NODE`)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from .layout import GPU_TYPE, GPUS_PER_NODE, Layout
@@ -76,12 +77,25 @@ def slurm_node_lines(layout: Layout, nodes: list[str], port_of: dict[str, int],
     layouts = node_layouts(layout, nodes)
     plain = [n for n in nodes if layouts[n] == DISABLED]
     lines = []
-    for group in ([plain] if plain else []) + [[n] for n in nodes if layouts[n] != DISABLED]:
+    for group in [*_port_groups(plain, port_of)] + [[n] for n in nodes
+                                                    if layouts[n] != DISABLED]:
         spec = ",".join(f"gpu:{t}:{c}" for t, c in gres(layouts[group[0]]))
-        ports = _ranges([port_of[n] for n in group])
+        ports = _ranges(sorted({port_of[n] for n in group}))
         lines.append(f"NodeName={hostlist(group)} NodeAddr=127.0.0.1 Port={ports} "
                      f"{hardware.replace(f'Gres=gpu:{GPU_TYPE}:{GPUS_PER_NODE}', f'Gres={spec}')}")
     return lines
+
+
+def _port_groups(plain: list[str], port_of: dict[str, int]) -> list[list[str]]:
+    """Nodes with a port of their own, then (scale labs) the nodes that share one port
+    because they never run slurmd: Slurm wants one port, or one per node, per line."""
+    uses = Counter(port_of[n] for n in plain)
+    own = [n for n in plain if uses[port_of[n]] == 1]
+    shared: dict[int, list[str]] = {}
+    for n in plain:
+        if uses[port_of[n]] > 1:
+            shared.setdefault(port_of[n], []).append(n)
+    return [g for g in (own, *shared.values()) if g]
 
 
 def slurm_gres(layout: Layout, node: str) -> str:

@@ -1,7 +1,8 @@
 """The lab's GPU telemetry: the DCGM-exporter simulator, Prometheus and Alertmanager.
 
 - `dcgm` (port base +7): deploy/lab/dcgm, `python3 -m dcgm`, every lab node (the Slurm
-  nodes and the Kubernetes pool) x 8 GPUs, values from $LAB/faults/<node>.json.
+  nodes and the Kubernetes pool; in scale labs only those running slurmd and the first
+  Kubernetes nodes: cli.watched) x 8 GPUs, values from $LAB/faults/<node>.json.
 - `prometheus` (+8): Debian's Prometheus 2.42, data in $LAB/prometheus, config
   $LAB/etc/prometheus.yml: one scrape target per node (`/metrics?node=NAME`, target labels
   `node` and `instance` = NAME, job `dcgm`), scrape and evaluation every 1 s, rules from
@@ -38,9 +39,9 @@ RULES_SOURCE = LAB_DIR.parent / "prometheus" / "gpu-alerts.yaml"
 FOR_LINE = re.compile(r"^(\s*)for:\s*\S+\s*$", re.MULTILINE)
 
 
-def nodes_of(slurm_nodes: list[str]) -> list[str]:
+def nodes_of(slurm_nodes: list[str], pool: list[str] = kube.KUBE_NODES) -> list[str]:
     """Every node with GPUs: the Slurm nodes, then the Kubernetes pool (gpu05 is in both)."""
-    return [*slurm_nodes, *(n for n in kube.KUBE_NODES if n not in slurm_nodes)]
+    return [*slurm_nodes, *(n for n in pool if n not in slurm_nodes)]
 
 
 def url(ports: Ports, name: str) -> str:
@@ -248,13 +249,13 @@ def alertmanager(layout: Layout, ports: Ports, nodes: list[str]) -> Daemon:
     )
 
 
-def daemons(layout: Layout, ports: Ports, slurm_nodes: list[str]) -> list[Daemon]:
-    nodes = nodes_of(slurm_nodes)
+def daemons(layout: Layout, ports: Ports, nodes: list[str]) -> list[Daemon]:
+    """`nodes`: the nodes with telemetry (nodes_of)."""
     return [dcgm(layout, ports, nodes), alertmanager(layout, ports, nodes),
             prometheus(layout, ports, nodes)]
 
 
-def info(layout: Layout, ports: Ports, slurm_nodes: list[str]) -> Info:
+def info(layout: Layout, ports: Ports, nodes: list[str]) -> Info:
     return {
         "prometheus_url": url(ports, PROMETHEUS),
         "alertmanager_url": url(ports, ALERTMANAGER),
@@ -269,17 +270,17 @@ def info(layout: Layout, ports: Ports, slurm_nodes: list[str]) -> Info:
         "prometheus_data_dir": str(prometheus_data(layout)),
         "alertmanager_data_dir": str(alertmanager_data(layout)),
         "job": JOB, "scrape_interval": INTERVAL, "evaluation_interval": INTERVAL,
-        "nodes": nodes_of(slurm_nodes), "gpus_per_node": GPUS_PER_NODE,
+        "nodes": nodes, "gpus_per_node": GPUS_PER_NODE,
         "ports": {name: ports.service(name) for name in (*NAMES, "bot")},
     }
 
 
-def backfill(layout: Layout, ports: Ports, slurm_nodes: list[str], source: Path) -> str:
+def backfill(layout: Layout, ports: Ports, nodes: list[str], source: Path) -> str:
     """Write OpenMetrics history into Prometheus' data dir (promtool), restarting Prometheus
     around it when it runs. Returns promtool's output."""
     if not source.is_file():
         raise LabError(f"{source}: no such file")
-    daemon = prometheus(layout, ports, nodes_of(slurm_nodes))
+    daemon = prometheus(layout, ports, nodes)
     was_running = procs.running_pid(layout, PROMETHEUS) is not None
     procs.stop(layout, [PROMETHEUS])
     prometheus_data(layout).mkdir(parents=True, exist_ok=True)
