@@ -1,4 +1,5 @@
-"""Slurm: the backend Protocol, its CLI and pyslurm implementations, and the ``slurm.*`` actions.
+"""Slurm: the backend Protocol, its CLI, slurmrestd and pyslurm implementations, and the
+``slurm.*`` actions.
 
     config = SlurmConfig(slurm_conf="/etc/slurm/slurm.conf")
     actions = SlurmActions(make_backend(config), config).all()
@@ -31,12 +32,11 @@ if TYPE_CHECKING:
         SlurmctldUnreachable,
         SlurmError,
     )
+    from adapters.slurm.backends import make_backend
     from adapters.slurm.cli import CliBackend
-    from adapters.slurm.config import SlurmConfig
-    from adapters.slurm.pyslurm_backend import (
-        PyslurmBackend,
-        make_backend,
-    )
+    from adapters.slurm.config import RestConfig, SlurmConfig
+    from adapters.slurm.pyslurm_backend import PyslurmBackend
+    from adapters.slurm.rest import RestBackend
 
 __getattr__ = exports(__name__, {
     "adapters.slurm.actions": (
@@ -49,9 +49,11 @@ __getattr__ = exports(__name__, {
         "AccountUsage", "Job", "NodeInfo", "Reservation", "SlurmBackend",
         "SlurmctldUnreachable", "SlurmError",
     ),
+    "adapters.slurm.backends": ("make_backend",),
     "adapters.slurm.cli": ("CliBackend",),
-    "adapters.slurm.config": ("SlurmConfig",),
-    "adapters.slurm.pyslurm_backend": ("PyslurmBackend", "make_backend"),
+    "adapters.slurm.config": ("RestConfig", "SlurmConfig"),
+    "adapters.slurm.pyslurm_backend": ("PyslurmBackend",),
+    "adapters.slurm.rest": ("RestBackend",),
 })
 
 __all__ = [
@@ -68,6 +70,8 @@ __all__ = [
     "Reservation",
     "ReservationCreateAction",
     "ReservationDeleteAction",
+    "RestBackend",
+    "RestConfig",
     "ResumeAction",
     "RunOnNodeAction",
     "SlurmActions",

@@ -8,12 +8,12 @@ from typing import Any
 from adapters.actions import Action
 from adapters.registry import Adapter, Built
 from adapters.slurm.actions import ACTION_CLASSES, SlurmActions
+from adapters.slurm.backends import make_backend
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.gpureset import GpuResetAction
 from adapters.slurm.health import HealthCheckAction
 from adapters.slurm.mig import MIG_ACTIONS
 from adapters.slurm.pools import POOL_ACTIONS
-from adapters.slurm.pyslurm_backend import make_backend
 from adapters.slurm.rolling import DriverRolloutAction
 from adapters.slurm.slurm_upgrade import UPGRADE_ACTIONS
 

@@ -141,6 +141,21 @@ class SlurmctldUnreachable(SlurmError):
     """slurmctld does not answer: nothing can be read or changed until it runs again."""
 
 
+# The Protocol's operations, by method name (what ``unsupported`` is asked about).
+OPERATIONS = ("nodes", "update_nodes", "update_features", "jobs", "requeue", "reservations",
+              "create_reservation", "delete_reservation", "reboot", "run_on_node",
+              "accounting", "accounts", "dbd_queue")
+
+
+def unsupported(backend: object, operation: str) -> str | None:
+    """Why ``backend`` refuses ``operation`` (its ``unsupported`` method, when it has one:
+    the rest backend on an old slurmrestd); None when it carries it out."""
+    if operation not in OPERATIONS:
+        raise ValueError(f"{operation!r} is not a SlurmBackend operation")
+    ask = getattr(backend, "unsupported", None)
+    return ask(operation) if callable(ask) else None
+
+
 class SlurmBackend(Protocol):
     """One method per Slurm operation. Names are expanded node names, never expressions."""
 

@@ -79,6 +79,10 @@ class CliBackend:
         self._runner: Runner = runner or run_process
         self._version: tuple[int, int] | None = None
 
+    def unsupported(self, operation: str) -> str | None:
+        """Never a reason: Slurm's own programs do every operation."""
+        return None
+
     # -- plumbing ---------------------------------------------------------------------
 
     def _env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from adapters.host import HostCommand
+
+# The slurmrestd API versions the rest backend speaks (v0.0.38 is Slurm 22.05's).
+REST_API_VERSION = r"^v0\.0\.(3[89]|4[0-4])$"
 
 
 class UpgradeConfig(BaseModel):
@@ -21,6 +24,29 @@ class UpgradeConfig(BaseModel):
     max_releases_apart: int | None = Field(default=None, ge=1, le=3)
 
 
+class RestConfig(BaseModel):
+    """``slurm.rest``: slurmrestd's URL, the Slurm user the bot acts as, and one source of
+    its JWT: ``token_file`` (re-read before the token expires), ``token_env`` (a variable
+    holding the token) or ``key_file`` (the site's HS256 jwt key: the bot mints its own
+    tokens of ``token_lifespan`` seconds, as ``scontrol token`` does)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str | None = Field(default=None, pattern=r"^https?://[^/\s]+(/\S*)?$")
+    user: str | None = Field(default=None, min_length=1)
+    token_file: str | None = None
+    token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    key_file: str | None = None
+    token_lifespan: int = Field(default=3600, ge=60)  # seconds, of the tokens the bot mints
+    renew_before: float | None = Field(default=None, ge=0)  # default: 10% of life, <= 60 s
+    api_version: str | None = Field(default=None, pattern=REST_API_VERSION)  # pin one
+    verify: bool | str = True  # TLS: verify (True), a CA bundle file, or not (False)
+
+    def token_sources(self) -> list[str]:
+        return [name for name in ("token_file", "token_env", "key_file")
+                if getattr(self, name) is not None]
+
+
 class SlurmConfig(BaseModel):
     """How the bot reaches Slurm.
 
@@ -30,9 +56,25 @@ class SlurmConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Literal["cli", "pyslurm"] = "cli"
+    backend: Literal["cli", "pyslurm", "rest"] = "cli"
     slurm_conf: str | None = None  # exported as SLURM_CONF to every Slurm client
     bin_dir: str | None = None  # folder of sinfo/scontrol/srun/...; default: PATH
     commands: dict[str, HostCommand] = Field(default_factory=dict)
-    timeout: float = Field(default=30.0, gt=0)  # seconds per CLI call
+    timeout: float = Field(default=30.0, gt=0)  # seconds per CLI call or HTTP request
     upgrade: UpgradeConfig = Field(default_factory=UpgradeConfig)  # upgrade-slurm
+    rest: RestConfig = Field(default_factory=RestConfig)  # backend: rest (slurmrestd)
+
+    @model_validator(mode="after")
+    def _rest_is_complete(self) -> SlurmConfig:
+        if self.backend != "rest":
+            return self
+        missing = [f"slurm.rest.{name}" for name in ("url", "user")
+                   if getattr(self.rest, name) is None]
+        if missing:
+            raise ValueError(f"slurm.backend rest needs {' and '.join(missing)}")
+        sources = self.rest.token_sources()
+        if len(sources) != 1:
+            raise ValueError(
+                "slurm.backend rest needs exactly one of slurm.rest.token_file, token_env "
+                f"or key_file (found {len(sources)}: {', '.join(sources) or 'none'})")
+        return self

@@ -1,175 +1,292 @@
-"""The ``pyslurm`` backend, and ``make_backend`` which picks a backend from the configuration.
+"""The ``pyslurm`` backend: the Slurm C API through pyslurm 25.11's object API.
 
-pyslurm is imported lazily, and a missing or mismatched one says precisely what is wrong;
-everything but reading nodes and jobs is refused (``backend: cli`` does it).
+``load_pyslurm`` imports pyslurm lazily and refuses one whose release, compiled-in Slurm
+headers or cluster differ; every error pyslurm raises becomes a ``SlurmError``. pyslurm has
+no call for reboot and run_on_node (``unsupported`` says so; ``backend: cli`` does them).
+Unit-tested against tests/adapters/fake_pyslurm.py: no pyslurm installs next to Slurm 22.05.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Mapping
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from adapters.slurm import parsing
+from adapters.slurm import commands, parsing
+from adapters.slurm import pyslurm_records as records
 from adapters.slurm.backend import (
     AccountUsage,
     Job,
     NodeInfo,
     Reservation,
     SlurmBackend,
+    SlurmctldUnreachable,
     SlurmError,
 )
-from adapters.slurm.cli import CliBackend
 from adapters.slurm.config import SlurmConfig
+from adapters.slurm.hostlist import compress
 
 PYPI_NOTE = "PyPI has only pyslurm 25.11.x (and 17.x/18.x), whose build requires Slurm 25.11"
+AUTO_INIT = "PYSLURM_DISABLE_AUTO_INIT"  # read by pyslurm/__init__.py before slurm_init()
+# What this backend calls: pyslurm 25.11's names (pyslurm.slurmctld.diag, pyslurm.db.* ...).
+API_NEEDED = ("Node", "Nodes", "Job", "Jobs", "Reservation", "Reservations", "RPCError",
+              "PyslurmError", "db", "slurmctld", "slurm_api_version")
+UNSUPPORTED = {
+    "reboot": "pyslurm 25.11 wraps no reboot call (libslurm's slurm_reboot_nodes): "
+              "set slurm.backend: cli, which runs scontrol reboot",
+    "run_on_node": "a job step needs srun's launch protocol, which neither pyslurm nor "
+                   "libslurm's API offers: set slurm.backend: cli, which runs srun",
+}
 
 
-def load_pyslurm(cluster_version: tuple[int, int] | None) -> Any:
-    """Import pyslurm, or raise SlurmError naming what is missing or mismatched."""
-    where = f"Slurm {cluster_version[0]}.{cluster_version[1]:02d}" if cluster_version else "Slurm"
+def _slurm(version: tuple[int, int]) -> str:
+    return f"Slurm {version[0]}.{version[1]:02d}"
+
+
+def _import_pyslurm(slurm_conf: str | None) -> Any:
+    """Import pyslurm. On the first import with ``slurm_conf`` its own slurm_init() (which
+    would read SLURM_CONF or the default path) is held back and run with that file;
+    libslurm reads its configuration once per process."""
+    if "pyslurm" in sys.modules or not slurm_conf:
+        return importlib.import_module("pyslurm")
+    previous = os.environ.get(AUTO_INIT)
+    os.environ[AUTO_INIT] = "1"
     try:
         module = importlib.import_module("pyslurm")
-    except ImportError as exc:
+    finally:
+        if previous is None:
+            os.environ.pop(AUTO_INIT, None)
+        else:
+            os.environ[AUTO_INIT] = previous
+    module.slurm_init(slurm_conf)
+    return module
+
+
+def _import_failure(exc: ImportError, cluster_version: tuple[int, int] | None) -> str:
+    where = _slurm(cluster_version) if cluster_version else "this cluster's Slurm"
+    if "libslurm" in str(exc):
+        return (f"pyslurm is installed but the libslurm it was built against is not here "
+                f"({exc}): install pyslurm built for {where}, or set slurm.backend: cli")
+    return (f"pyslurm is not installed ({exc}): {PYPI_NOTE} and refuses any other "
+            "(\"Slurm version mismatch\"); set slurm.backend: cli, or build pyslurm from the "
+            f"branch matching {where}")
+
+
+def check_build(module: Any) -> tuple[int, int]:
+    """pyslurm's release ("25.11.2" is for Slurm 25.11) against the Slurm headers it was
+    compiled with (``slurm_api_version()``); the API this backend calls must be there."""
+    raw = str(getattr(module, "__version__", ""))
+    built = records.release(raw)
+    if built is None:
+        raise SlurmError(f"pyslurm reports no version ({raw!r}): reinstall it")
+    missing = [name for name in API_NEEDED if not hasattr(module, name)]
+    if missing:
+        raise SlurmError(f"pyslurm {raw} lacks {', '.join(missing)}: the pyslurm backend "
+                         "needs pyslurm 25.11's API; set slurm.backend: cli")
+    api = tuple(module.slurm_api_version())[:2]
+    if api != built:
         raise SlurmError(
-            f"pyslurm is not installed ({exc}): {PYPI_NOTE} and refuses {where} "
-            "(\"Slurm version mismatch\"); use slurm.backend: cli, or build pyslurm from the "
-            "branch matching this cluster's Slurm release"
-        ) from exc
-    raw = str(getattr(module, "__version__", "") or getattr(module, "version", lambda: "")())
+            f"pyslurm {raw} is for {_slurm(built)} but was compiled against the headers of "
+            f"Slurm {'.'.join(map(str, api))}: rebuild it against the Slurm it is named for")
+    return built
+
+
+def load_pyslurm(cluster_version: tuple[int, int] | None = None,
+                 slurm_conf: str | None = None) -> Any:
+    """Import pyslurm, or raise SlurmError naming what is missing or mismatched."""
     try:
-        found = parsing.parse_version(raw)
-    except ValueError:
-        found = None
-    if cluster_version and found and found != cluster_version:
+        module = _import_pyslurm(slurm_conf)
+    except ImportError as exc:
+        raise SlurmError(_import_failure(exc, cluster_version)) from exc
+    built = check_build(module)
+    if cluster_version and built != cluster_version:
         raise SlurmError(
-            f"pyslurm {raw} is built for Slurm {found[0]}.{found[1]:02d} but this cluster runs "
-            f"{where}: install the pyslurm release matching {where} or use slurm.backend: cli"
-        )
+            f"pyslurm {module.__version__} is built for {_slurm(built)} but this cluster runs "
+            f"{_slurm(cluster_version)}: install the pyslurm release matching "
+            f"{_slurm(cluster_version)} or set slurm.backend: cli")
     return module
 
 
 class PyslurmBackend:
-    """``SlurmBackend`` reads (``nodes``, ``jobs``) through pyslurm; every other operation
-    raises ``SlurmError("... not supported by the pyslurm backend")``.
+    """``SlurmBackend`` over pyslurm 25.11: ``Nodes.load``/``Nodes.modify``, ``Jobs.load``,
+    ``Job.requeue``, ``Reservations.load``/``Reservation.create``/``.delete``,
+    ``db.Jobs.load(db.JobFilter)``, ``db.Associations.load`` and ``slurmctld.diag``.
 
-    pyslurm must be built against the cluster's exact Slurm release: PyPI carries only
-    pyslurm 25.11.x (plus 17.x/18.x), and its build refuses any other Slurm ("Slurm version
-    mismatch: requires Slurm 25.11, found 22.5"). The reads are written against pyslurm's
-    23.x+ object API and not run here: no matching pyslurm installs next to Slurm 22.05.
+    pyslurm must be built for the cluster's exact Slurm release: PyPI carries only pyslurm
+    25.11.x, and its build refuses any other Slurm. The release slurmctld reports
+    (``slurmctld.Config.load().version``) is checked before the first call that reaches it.
     """
 
     def __init__(self, config: SlurmConfig) -> None:
         self.config = config
-        try:
-            cluster: tuple[int, int] | None = CliBackend(config).version()
-        except SlurmError:
-            cluster = None
-        self._pyslurm = load_pyslurm(cluster)
+        self._pyslurm = load_pyslurm(None, config.slurm_conf)
+        self._built = check_build(self._pyslurm)
+        self._cluster_checked = False
+        with contextlib.suppress(SlurmctldUnreachable):  # checked again before each call
+            self._check_cluster()
 
-    def _unsupported(self, what: str) -> SlurmError:
-        return SlurmError(f"{what} is not supported by the pyslurm backend: "
-                          "set slurm.backend: cli")
+    def unsupported(self, operation: str) -> str | None:
+        """Why this backend refuses ``operation`` (a SlurmBackend method name), else None."""
+        return UNSUPPORTED.get(operation)
+
+    def _refuse(self, operation: str) -> SlurmError:
+        return SlurmError(f"{operation} is not supported by the pyslurm backend: "
+                          f"{UNSUPPORTED[operation]}")
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _rpc(self, call: str, do: Callable[[], Any]) -> Any:
+        """Run one pyslurm call; its RPCError (or ValueError: a value it refused) becomes a
+        SlurmError (SlurmctldUnreachable when slurmctld does not answer)."""
+        try:
+            return do()
+        except (self._pyslurm.PyslurmError, ValueError) as exc:
+            raise records.rpc_error(exc, call) from exc
+
+    def _check_cluster(self) -> None:
+        if self._cluster_checked:
+            return
+        config = self._rpc("slurmctld.Config.load()", self._pyslurm.slurmctld.Config.load)
+        found = records.release(str(config.version))
+        if found != self._built:
+            raise SlurmError(
+                f"pyslurm {self._pyslurm.__version__} is built for {_slurm(self._built)} but "
+                f"slurmctld runs Slurm {config.version}: install the pyslurm release matching "
+                "the cluster, or set slurm.backend: cli")
+        self._cluster_checked = True
+
+    def _call(self, call: str, do: Callable[[], Any], *, controller: bool = True) -> Any:
+        """``_rpc`` after the cluster's release is known to match; calls that only reach
+        slurmdbd (``controller=False``) go ahead while slurmctld does not answer."""
+        try:
+            self._check_cluster()
+        except SlurmctldUnreachable:
+            if controller:
+                raise
+        return self._rpc(call, do)
+
+    # -- reads ------------------------------------------------------------------------
 
     def nodes(self, names: list[str] | None = None, *, with_jobs: bool = True) -> list[NodeInfo]:
-        try:
-            loaded = self._pyslurm.Nodes.load()
-        except Exception as exc:  # pyslurm raises its own RPCError
-            raise SlurmError(f"pyslurm Nodes.load() failed: {exc}") from exc
-        wanted = set(names) if names is not None else None
-        out = []
-        for name, node in dict(loaded).items():
-            if wanted is not None and name not in wanted:
-                continue
-            words = parsing.states(getattr(node, "state", "") or "")
-            out.append(parsing.parse_node({
-                "name": name,
-                "state": words,
-                "reason": getattr(node, "reason", None),
-                "reason_set_by_user": getattr(node, "reason_user", None),
-                "reason_changed_at": getattr(node, "reason_time", None),
-                "gres": _gres_text(getattr(node, "configured_gres", None)),
-                "gres_used": _gres_text(getattr(node, "allocated_gres", None)),
-                "boot_time": getattr(node, "boot_time", None),
-            }))
+        loaded = self._call("Nodes.load()", self._pyslurm.Nodes.load)
+        found = {node.name: records.node_info(node) for node in loaded.values()}
+        chosen = (list(found.values()) if names is None
+                  else [found[name] for name in names if name in found])
+        if not with_jobs:
+            return chosen
         jobs_by_node: dict[str, list[int]] = {}
-        for job in self._jobs() if with_jobs else []:
+        for job in self._all_jobs():
             if job.active:
-                for node_name in job.nodes:
-                    jobs_by_node.setdefault(node_name, []).append(job.id)
-        return [replace(n, jobs=sorted(jobs_by_node.get(n.name, []))) for n in out]
+                for name in job.nodes:
+                    jobs_by_node.setdefault(name, []).append(job.id)
+        return [replace(node, jobs=sorted(jobs_by_node.get(node.name, []))) for node in chosen]
 
-    def _jobs(self) -> list[Job]:
-        try:
-            loaded = self._pyslurm.Jobs.load()
-        except Exception as exc:
-            raise SlurmError(f"pyslurm Jobs.load() failed: {exc}") from exc
-        jobs = []
-        for job_id, job in dict(loaded).items():
-            jobs.append(parsing.parse_job({
-                "job_id": job_id,
-                "name": getattr(job, "name", ""),
-                "user_name": getattr(job, "user_name", ""),
-                "account": getattr(job, "account", ""),
-                "job_state": getattr(job, "state", ""),
-                "nodes": getattr(job, "allocated_nodes", None) or getattr(job, "nodes", None),
-                "required_nodes": getattr(job, "required_nodes", None),
-            }))
-        return jobs
+    def _all_jobs(self) -> list[Job]:
+        loaded = self._call("Jobs.load()", self._pyslurm.Jobs.load)
+        return [records.job_record(job) for job in loaded.values()]
 
     def jobs(self, names: list[str]) -> list[Job]:
         wanted = set(names)
-        return [j for j in self._jobs()
-                if (j.active or j.state == "PENDING") and wanted.intersection(j.nodes)]
-
-    def update_nodes(self, names: list[str], state: str, reason: str | None = None) -> None:
-        raise self._unsupported("update_nodes (drain/resume)")
-
-    def update_features(self, names: list[str], features: list[str]) -> None:
-        raise self._unsupported("update_features")
-
-    def requeue(self, job_ids: list[int]) -> None:
-        raise self._unsupported("requeue")
+        return [job for job in self._all_jobs()
+                if (job.active or job.state == "PENDING") and wanted.intersection(job.nodes)]
 
     def reservations(self) -> list[Reservation]:
-        raise self._unsupported("reservations")
+        loaded = self._call("Reservations.load()", self._pyslurm.Reservations.load)
+        return [records.reservation_record(found) for found in loaded.values()]
+
+    def accounting(self, start: datetime, end: datetime) -> list[AccountUsage]:
+        db = self._pyslurm.db
+        # naive datetimes are local time, as sacct reads -S/-E
+        db_filter = {"start_time": int(start.timestamp()), "end_time": int(end.timestamp())}
+        loaded = self._call("db.Jobs.load(db.JobFilter(start_time, end_time))",
+                            lambda: db.Jobs.load(db.JobFilter(**db_filter)), controller=False)
+        return parsing.parse_accounting(records.accounting_data(loaded.values()), start, end)
+
+    def accounts(self) -> list[str]:
+        """The accounts of slurmdbd's associations (pyslurm 25.11 has no db.Accounts)."""
+        loaded = self._call("db.Associations.load()", self._pyslurm.db.Associations.load,
+                            controller=False)
+        return sorted({assoc.account for assoc in loaded.values() if assoc.account})
+
+    def dbd_queue(self) -> int:
+        stats = self._call("slurmctld.diag()", self._pyslurm.slurmctld.diag)
+        return int(stats.dbd_agent_queue_size or 0)
+
+    # -- changes ----------------------------------------------------------------------
+
+    def _modify_nodes(self, names: list[str], what: str, changes: dict[str, Any]) -> None:
+        """One Nodes.modify() for the whole batch: pyslurm sends a single slurm_update_node
+        RPC naming the nodes as one hostlist expression (nodelist_to_range_str)."""
+        module = self._pyslurm
+        self._call(f"Nodes.modify({compress(names)}: {what})",
+                   lambda: module.Nodes(list(names)).modify(module.Node(**changes)))
+
+    def update_nodes(self, names: list[str], state: str, reason: str | None = None) -> None:
+        if not names:
+            return
+        changes: dict[str, Any] = {"state": state}
+        if reason is not None:
+            changes["reason"] = reason
+        self._modify_nodes(names, f"state={state}", changes)
+
+    def update_features(self, names: list[str], features: list[str]) -> None:
+        if not names:
+            return
+        if not features:
+            # pyslurm copies an empty list as NULL, which slurm_update_node reads as "unchanged"
+            raise SlurmError("the pyslurm backend cannot clear a node's features (pyslurm sends "
+                             "an empty list as 'no change'): set slurm.backend: cli")
+        self._modify_nodes(names, f"features={','.join(features)}",
+                           {"available_features": list(features),
+                            "active_features": list(features)})
+
+    def requeue(self, job_ids: list[int]) -> None:
+        """pyslurm wraps slurm_requeue(job_id) only: one Job.requeue() per job."""
+        done: list[int] = []
+        for job_id in job_ids:
+            try:
+                self._call(f"Job({job_id}).requeue()", self._pyslurm.Job(job_id).requeue)
+            except SlurmError as exc:
+                if not done:
+                    raise
+                raise type(exc)(f"{exc.message} (jobs {','.join(map(str, done))} were "
+                                "requeued before it)", exc.argv, exc.stderr) from exc
+            done.append(job_id)
 
     def create_reservation(self, name: str, nodes: list[str], start: str,
                            duration_seconds: float, flags: list[str], users: list[str]) -> None:
-        raise self._unsupported("create_reservation")
+        members, reoccurrence = records.reservation_settings(flags)
+        settings = {"name": name, "nodes": compress(nodes), "users": list(users),
+                    "flags": members, "start_time": records.start_epoch(start, time.time()),
+                    # after start_time: pyslurm's duration setter computes end_time from it
+                    "duration": commands.reservation_minutes(duration_seconds)}
+        if reoccurrence:
+            settings["reoccurrence"] = reoccurrence
+        module = self._pyslurm
+        self._call(f"Reservation({name}).create()",
+                   lambda: module.Reservation(**settings).create())
 
     def delete_reservation(self, name: str) -> None:
-        raise self._unsupported("delete_reservation")
+        module = self._pyslurm
+        self._call(f"Reservation({name}).delete()", lambda: module.Reservation(name).delete())
 
     def reboot(self, names: list[str], nextstate: str, reason: str) -> None:
-        raise self._unsupported("reboot")
+        raise self._refuse("reboot")
 
     def run_on_node(self, node: str, reservation: str | None, argv: list[str],
                     timeout: float, env: Mapping[str, str] | None = None
                     ) -> tuple[int, str, str]:
-        raise self._unsupported("run_on_node (srun)")
-
-    def accounting(self, start: datetime, end: datetime) -> list[AccountUsage]:
-        raise self._unsupported("accounting")
-
-    def accounts(self) -> list[str]:
-        raise self._unsupported("accounts (sacctmgr)")
-
-    def dbd_queue(self) -> int:
-        raise self._unsupported("dbd_queue (sdiag)")
-
-
-def _gres_text(value: Any) -> str:
-    """pyslurm gives gres as {"gpu:h100": 8}; turn it into Slurm's "gpu:h100:8"."""
-    if isinstance(value, dict):
-        return ",".join(f"{key}:{count}" for key, count in value.items())
-    return parsing.text(value)
+        raise self._refuse("run_on_node")
 
 
 def make_backend(config: SlurmConfig) -> SlurmBackend:
-    """The backend the configuration asks for (``cli`` by default)."""
-    if config.backend == "pyslurm":
-        return PyslurmBackend(config)
-    return CliBackend(config)
+    """Moved to ``adapters.slurm.backends`` (kept here for existing imports)."""
+    from adapters.slurm.backends import make_backend as pick
+
+    return pick(config)

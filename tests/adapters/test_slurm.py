@@ -1,17 +1,20 @@
 """Contract tests of the Slurm adapter against the real lab cluster (Slurm 22.05 here).
 
-Every test runs once per backend: ``cli`` always; ``pyslurm`` only where a pyslurm
-matching the cluster's Slurm imports (it skips with the mismatch otherwise). Each test
-leaves the lab as it found it: nodes resumed, its reservations deleted, faults cleared,
-its jobs cancelled.
+Every test runs once per backend: ``cli``; ``rest`` (the lab's slurmrestd, with a token
+the backend mints from the lab's jwt key); ``pyslurm`` only where a pyslurm matching the
+cluster imports (it skips naming the mismatch otherwise). Each test names the operations
+it needs (``@needs``): on a backend that lacks one it checks the clear refusal instead.
+Each test leaves the lab as it found it.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -23,18 +26,21 @@ from adapters.actions import ActionContext, ActionError, ActionStopped, ActionTi
 from adapters.slurm import (
     CliBackend,
     PyslurmBackend,
+    RestBackend,
     SlurmActions,
     SlurmBackend,
     SlurmConfig,
     SlurmctldUnreachable,
     SlurmError,
 )
+from adapters.slurm.backend import OPERATIONS, unsupported
 from adapters.slurm.cli import run_process
 from tests.lab.fixture import Lab, SlurmClients, slurm_clients
 
 pytestmark = pytest.mark.lab
 
 PREFIX = "grb-test"
+BACKENDS = ["cli", "rest", "pyslurm"]
 
 
 class RecordingRunner:
@@ -56,6 +62,7 @@ class RecordingRunner:
 @dataclass
 class Slurm:
     lab: Lab
+    kind: str  # cli, rest or pyslurm
     backend: SlurmBackend
     config: SlurmConfig
     runner: RecordingRunner
@@ -79,12 +86,15 @@ def context(seconds: float = 120, lines: list[str] | None = None) -> ActionConte
                          progress=sink.append)
 
 
-def lab_config(lab: Lab, slurm_conf: Path | None = None) -> SlurmConfig:
+def lab_config(lab: Lab, slurm_conf: Path | None = None, backend: str = "cli",
+               **rest: Any) -> SlurmConfig:
     bin_dir = lab["bin_dir"]
     return SlurmConfig.model_validate({
+        "backend": backend,
         "slurm_conf": str(slurm_conf or lab["slurm_conf"]),
         "commands": {"health-check": {"argv": [f"{bin_dir}/dcgmi", "diag", "-r", "2"],
                                       "timeout": 60}},
+        "rest": {"url": lab["slurmrestd"]["url"], "user": lab["jwt"]["user"], **rest},
     })
 
 
@@ -107,31 +117,103 @@ def restore(lab: Lab) -> None:
         lab.run("scontrol", "update", f"NodeName={','.join(stuck)}", "State=RESUME")
 
 
-@pytest.fixture(params=["cli", "pyslurm"])
+def make(kind: str, lab: Lab, config: SlurmConfig, runner: RecordingRunner) -> SlurmBackend:
+    if kind == "cli":
+        return CliBackend(config, runner=runner)
+    if kind == "rest":
+        rest = config.model_copy(update={"backend": "rest", "rest": config.rest.model_copy(
+            update={"key_file": lab["jwt"]["key_file"]})})
+        return RestBackend(SlurmConfig.model_validate(rest.model_dump()))
+    try:
+        return PyslurmBackend(config.model_copy(update={"backend": "pyslurm"}))
+    except SlurmError as exc:
+        pytest.skip(f"pyslurm backend unavailable here: {exc}")
+
+
+@pytest.fixture(params=BACKENDS)
 def slurm(request: pytest.FixtureRequest, lab: Lab, tmp_path: Path) -> Iterator[Slurm]:
     # the lab's slurm.conf, copied: a test that stops slurmctld makes its clients impatient
     clients = slurm_clients(lab, tmp_path / "slurm-clients")
     config = lab_config(lab, clients.path)
     runner = RecordingRunner()
-    backend: SlurmBackend
-    if request.param == "cli":
-        backend = CliBackend(config, runner=runner)
-    else:
-        try:
-            backend = PyslurmBackend(config.model_copy(update={"backend": "pyslurm"}))
-        except SlurmError as exc:
-            pytest.skip(str(exc))
-    handle = Slurm(lab, backend, config, runner, clients,
+    backend = make(request.param, lab, config, runner)
+    handle = Slurm(lab, request.param, backend, config, runner, clients,
                    SlurmActions(backend, config).by_name())
     restore(lab)
     try:
         yield handle
-    except SlurmError as exc:  # pragma: no cover - only with a partial backend
-        if "not supported by the pyslurm backend" in str(exc):
-            pytest.skip(str(exc))
-        raise
     finally:
         restore(lab)
+
+
+# -- capability: what a test needs, and the refusal a backend without it must give ----------
+
+# A harmless call of each operation, made only where the backend says it refuses it.
+REFUSAL_CALLS: dict[str, Callable[[SlurmBackend], object]] = {
+    "nodes": lambda b: b.nodes(["gpu01"]),
+    "update_nodes": lambda b: b.update_nodes(["gpu01"], "DRAIN", "refusal check"),
+    "update_features": lambda b: b.update_features(["gpu01"], [f"{PREFIX}-refused"]),
+    "jobs": lambda b: b.jobs(["gpu01"]),
+    "requeue": lambda b: b.requeue([999999]),
+    "reservations": lambda b: b.reservations(),
+    "create_reservation": lambda b: b.create_reservation(
+        f"{PREFIX}-refused", ["gpu01"], "now", 600, ["MAINT", "IGNORE_JOBS"], ["root"]),
+    "delete_reservation": lambda b: b.delete_reservation(f"{PREFIX}-refused"),
+    "reboot": lambda b: b.reboot(["gpu01"], "RESUME", "refusal check"),
+    "run_on_node": lambda b: b.run_on_node("gpu01", None, ["true"], 10),
+    "accounting": lambda b: b.accounting(datetime.now() - timedelta(hours=1), datetime.now()),
+    "accounts": lambda b: b.accounts(),
+    "dbd_queue": lambda b: b.dbd_queue(),
+}
+
+
+def lab_state(lab: Lab) -> list[str]:
+    """Nodes (state, reason, features), reservations and jobs, as Slurm's clients show them."""
+    nodes = lab.run("sinfo", "-h", "-N", "-o", "%N %T %E %b %f").stdout.splitlines()
+    reservations = lab.run("scontrol", "show", "reservation", "-o").stdout.splitlines()
+    jobs = lab.run("squeue", "-h", "-o", "%i %T %r").stdout.splitlines()
+    return sorted(nodes) + reservations + sorted(jobs)
+
+
+def assert_refused(slurm: Slurm, operation: str, reason: str) -> None:
+    """The operation raises SlurmError with the backend's reason and changes nothing."""
+    before = lab_state(slurm.lab)
+    with pytest.raises(SlurmError) as caught:
+        REFUSAL_CALLS[operation](slurm.backend)
+    assert reason in str(caught.value)
+    assert "slurm.backend: cli" in reason  # says what would do it
+    assert lab_state(slurm.lab) == before
+
+
+Test = Callable[..., None]
+
+
+def needs(*operations: str) -> Callable[[Test], Test]:
+    """The test needs these backend operations: where one is unsupported, the test checks
+    that each missing one is refused clearly (and changes nothing) instead of running."""
+    unknown = set(operations) - set(OPERATIONS)
+    assert not unknown, f"not SlurmBackend operations: {unknown}"
+
+    def wrap(test: Test) -> Test:
+        @functools.wraps(test)
+        def run(slurm: Slurm, *args: Any, **kwargs: Any) -> None:
+            refused = {op: reason for op in operations
+                       if (reason := unsupported(slurm.backend, op)) is not None}
+            for operation, reason in refused.items():
+                assert_refused(slurm, operation, reason)
+            if not refused:
+                test(slurm, *args, **kwargs)
+
+        run.needs = operations  # type: ignore[attr-defined]
+        return run
+
+    return wrap
+
+
+def test_every_operation_is_needed_by_some_contract_test() -> None:
+    needed = {op for value in globals().values() for op in getattr(value, "needs", ())}
+    assert needed == set(OPERATIONS), set(OPERATIONS) - needed
+    assert set(REFUSAL_CALLS) == set(OPERATIONS)
 
 
 def wait_for(predicate: Any, timeout: float = 30, what: str = "condition") -> Any:
@@ -154,6 +236,7 @@ def job_state(lab: Lab, job_id: int) -> str:
     return lab.run("squeue", "-h", "-j", str(job_id), "-o", "%T").stdout.strip()
 
 
+@needs("nodes")
 def test_node_info_of_idle_nodes(slurm: Slurm) -> None:
     result = slurm.run("slurm.node_info", nodes="gpu[01-04]")
     assert not result.changed
@@ -166,14 +249,17 @@ def test_node_info_of_idle_nodes(slurm: Slurm) -> None:
     assert "gpu01: idle, 0/8 GPUs used" in result.summary
 
 
+@needs("update_nodes", "nodes")
 def test_drain_is_one_scontrol_call_then_no_change_then_resume(slurm: Slurm) -> None:
     assert slurm.plan("slurm.drain", nodes="gpu[01-02]", reason="XID 79") == [
         'scontrol update NodeName=gpu[01-02] State=DRAIN Reason="XID 79"']
     first = slurm.run("slurm.drain", nodes="gpu[01-02]", reason="XID 79")
     assert first.changed
-    assert slurm.runner.count("scontrol", "update") == 1
-    update = next(c for c in slurm.runner.calls if c[1:2] == ["update"])
-    assert update[2:] == ["NodeName=gpu[01-02]", "State=DRAIN", "Reason=XID 79"]
+    updates = slurm.runner.count("scontrol", "update")  # 0 where no scontrol runs (rest)
+    assert updates == (1 if slurm.kind == "cli" else 0)
+    if slurm.kind == "cli":
+        update = next(c for c in slurm.runner.calls if c[1:2] == ["update"])
+        assert update[2:] == ["NodeName=gpu[01-02]", "State=DRAIN", "Reason=XID 79"]
 
     nodes = {n.name: n for n in slurm.backend.nodes(["gpu01", "gpu02", "gpu03"])}
     assert nodes["gpu01"].drained and nodes["gpu02"].drained and not nodes["gpu03"].drained
@@ -181,15 +267,16 @@ def test_drain_is_one_scontrol_call_then_no_change_then_resume(slurm: Slurm) -> 
     assert nodes["gpu01"].reason_time and abs(nodes["gpu01"].reason_time - time.time()) < 300
 
     again = slurm.run("slurm.drain", nodes="gpu[01-02]", reason="XID 79")
-    assert not again.changed and slurm.runner.count("scontrol", "update") == 1
+    assert not again.changed and slurm.runner.count("scontrol", "update") == updates
 
     resumed = slurm.run("slurm.resume", nodes="gpu[01-02]")
-    assert resumed.changed and slurm.runner.count("scontrol", "update") == 2
+    assert resumed.changed and slurm.runner.count("scontrol", "update") == 2 * updates
     after = slurm.backend.nodes(["gpu01", "gpu02"])
     assert all(not n.drained and n.responding and n.state == "idle" for n in after)
     assert not slurm.run("slurm.resume", nodes="gpu[01-02]").changed
 
 
+@needs("create_reservation", "delete_reservation", "reservations")
 def test_reservation_create_exists_delete(slurm: Slurm) -> None:
     name = f"{PREFIX}-maint"
     args = {"name": name, "nodes": "gpu[03-04]", "duration": "1h"}
@@ -208,6 +295,7 @@ def test_reservation_create_exists_delete(slurm: Slurm) -> None:
     assert not slurm.run("slurm.reservation_delete", name=name).changed
 
 
+@needs("create_reservation", "reservations", "run_on_node")
 def test_run_on_node_passes_and_fails_with_the_health_fault(slurm: Slurm) -> None:
     name = f"{PREFIX}-hc"
     slurm.run("slurm.reservation_create", name=name, nodes="gpu02", duration=600)
@@ -229,17 +317,20 @@ def test_run_on_node_passes_and_fails_with_the_health_fault(slurm: Slurm) -> Non
     assert again.details["exit_code"] == 0
 
 
+@needs("update_nodes", "nodes", "run_on_node")
 def test_run_on_a_drained_node_is_refused_at_once(slurm: Slurm) -> None:
     slurm.run("slurm.drain", nodes="gpu02", reason="test")
     with pytest.raises(ActionError, match="resume the node first"):
         slurm.run("slurm.run_on_node", node="gpu02", command="health-check")
 
 
+@needs("jobs")
 def test_wait_idle_succeeds_on_idle_nodes(slurm: Slurm) -> None:
     result = slurm.run("slurm.wait_idle", nodes="gpu[01-04]", timeout=10)
     assert not result.changed and "no job runs on gpu[01-04]" in result.summary
 
 
+@needs("jobs", "nodes")
 def test_wait_idle_times_out_naming_the_running_job(slurm: Slurm) -> None:
     job = submit(slurm.lab, "-w", "gpu03", "--wrap", "sleep 30")
     try:
@@ -259,6 +350,7 @@ def test_wait_idle_times_out_naming_the_running_job(slurm: Slurm) -> None:
     slurm.run("slurm.wait_idle", nodes="gpu03", timeout=30, poll=0.5)
 
 
+@needs("jobs")
 def test_wait_idle_stops_within_a_second_and_leaves_the_job_running(slurm: Slurm) -> None:
     job = submit(slurm.lab, "-w", "gpu03", "--wrap", "sleep 300")
     try:
@@ -279,6 +371,7 @@ def test_wait_idle_stops_within_a_second_and_leaves_the_job_running(slurm: Slurm
         slurm.lab.run("scancel", str(job))
 
 
+@needs("reboot", "nodes")
 def test_reboot_plan_and_a_real_reboot(slurm: Slurm) -> None:
     assert slurm.plan("slurm.reboot", nodes="gpu04", reason="driver 550.54.15") == [
         'scontrol reboot ASAP nextstate=RESUME reason="driver 550.54.15" gpu04']
@@ -292,6 +385,7 @@ def test_reboot_plan_and_a_real_reboot(slurm: Slurm) -> None:
     assert after.boot_time > before.boot_time
 
 
+@needs("nodes")
 def test_slurmctld_stopped_gives_a_clear_error(slurm: Slurm) -> None:
     slurm.clients.impatient()  # each failing call below: 2 s of Slurm's retries, not 9 s
     try:
@@ -301,8 +395,14 @@ def test_slurmctld_stopped_gives_a_clear_error(slurm: Slurm) -> None:
             slurm.run("slurm.node_info", nodes="gpu01")
         assert "slurmctld is not answering" in str(caught.value)
         assert "check that slurmctld runs" in str(caught.value)
-        with pytest.raises(SlurmctldUnreachable, match="Unable to contact slurm controller"):
-            slurm.backend.update_nodes(["gpu01"], "DRAIN", "x")
+        refused = unsupported(slurm.backend, "update_nodes")
+        if refused is None:
+            with pytest.raises(SlurmctldUnreachable,
+                               match="Unable to contact slurm controller"):
+                slurm.backend.update_nodes(["gpu01"], "DRAIN", "x")
+        else:  # refused before anything is sent, whatever slurmctld does
+            with pytest.raises(SlurmError, match=re.escape(refused)):
+                slurm.backend.update_nodes(["gpu01"], "DRAIN", "x")
     finally:
         slurm.clients.patient()
         started = slurm.lab.lab("service", "slurmctld", "start", timeout=120)
@@ -311,6 +411,7 @@ def test_slurmctld_stopped_gives_a_clear_error(slurm: Slurm) -> None:
              what="nodes to respond after the restart")
 
 
+@needs("accounting")
 def test_accounting_has_a_row_for_the_lab_account(slurm: Slurm) -> None:
     account = slurm.lab["account"]
     start = datetime.now() - timedelta(minutes=5)
@@ -325,3 +426,107 @@ def test_accounting_has_a_row_for_the_lab_account(slurm: Slurm) -> None:
     usage = wait_for(row, timeout=60, what="sacct to report the job")
     assert usage.jobs >= 1 and usage.gpu_hours >= 2 * 1 / 3600 * 0.5
     assert usage.mean_queue_wait_seconds >= 0
+
+
+@needs("jobs")
+def test_jobs_lists_the_running_job_on_its_node_only(slurm: Slurm) -> None:
+    job = submit(slurm.lab, "-w", "gpu03", "--wrap", "sleep 30")
+    wait_for(lambda: job_state(slurm.lab, job) == "RUNNING", what=f"job {job} to run")
+    found = {j.id: j for j in slurm.backend.jobs(["gpu03"])}
+    assert found[job].nodes == ["gpu03"] and found[job].active
+    assert (found[job].user, found[job].name, found[job].state) == ("root", PREFIX, "RUNNING")
+    assert job not in {j.id for j in slurm.backend.jobs(["gpu01", "gpu02"])}
+
+
+@needs("update_features", "nodes")
+def test_update_features_sets_both_lists_and_puts_them_back(slurm: Slurm) -> None:
+    before = sorted(slurm.backend.nodes(["gpu05"], with_jobs=False)[0].features)
+    try:
+        slurm.backend.update_features(["gpu05"], [*before, f"{PREFIX}-a", f"{PREFIX}-b"])
+        node = slurm.backend.nodes(["gpu05"], with_jobs=False)[0]
+        assert node.features == {*before, f"{PREFIX}-a", f"{PREFIX}-b"}
+        shown = slurm.lab.run("sinfo", "-h", "-n", "gpu05", "-o", "%b|%f").stdout.strip()
+        assert shown.count(f"{PREFIX}-a") == 2  # active and available alike
+    finally:
+        slurm.lab.run("scontrol", "update", "NodeName=gpu05",
+                      f"AvailableFeatures={','.join(before)}",
+                      f"ActiveFeatures={','.join(before)}")
+    assert sorted(slurm.backend.nodes(["gpu05"], with_jobs=False)[0].features) == before
+
+
+@needs("requeue")
+def test_requeue_puts_a_running_job_back_in_the_queue(slurm: Slurm) -> None:
+    job = submit(slurm.lab, "--requeue", "-w", "gpu03", "--wrap", "sleep 60")
+    wait_for(lambda: job_state(slurm.lab, job) == "RUNNING", what=f"job {job} to run")
+    slurm.backend.requeue([job])
+
+    def restarts() -> int:
+        shown = slurm.lab.run("scontrol", "show", "job", str(job)).stdout
+        found = re.search(r"Restarts=(\d+)", shown)
+        return int(found.group(1)) if found else 0
+
+    assert wait_for(restarts, what=f"job {job} to be requeued") == 1
+    # back in the queue, or on its way there or out again
+    assert job_state(slurm.lab, job) in {"COMPLETING", "REQUEUED", "PENDING", "CONFIGURING",
+                                         "RUNNING"}
+
+
+@needs("reservations")
+def test_reservations_lists_one_that_scontrol_made(slurm: Slurm) -> None:
+    name = f"{PREFIX}-listed"
+    made = slurm.lab.run("scontrol", "create", "reservation", f"ReservationName={name}",
+                         "Nodes=gpu04", "StartTime=now", "Duration=10",
+                         "Flags=MAINT,IGNORE_JOBS", "Users=root")
+    assert made.returncode == 0, made.stderr
+    found = {r.name: r for r in slurm.backend.reservations()}[name]
+    assert found.nodes == ["gpu04"] and {"MAINT", "IGNORE_JOBS"} <= found.flags
+    assert found.users == ["root"] and found.state == "ACTIVE"
+    began = datetime.fromisoformat(found.start)
+    assert abs((datetime.fromisoformat(found.end) - began) - timedelta(minutes=10)) < \
+        timedelta(seconds=2)
+    assert abs(began - datetime.now()) < timedelta(minutes=5)
+
+
+@needs("accounts")
+def test_accounts_lists_the_lab_accounts(slurm: Slurm) -> None:
+    shown = slurm.lab.run("sacctmgr", "--noheader", "--parsable2", "list", "account",
+                          "format=account").stdout.split()
+    found = slurm.backend.accounts()
+    assert sorted(found) == sorted(shown) and slurm.lab["account"] in found and "root" in found
+
+
+@needs("dbd_queue")
+def test_dbd_queue_is_what_sdiag_shows(slurm: Slurm) -> None:
+    shown = re.search(r"DBD Agent queue size:\s*(\d+)", slurm.lab.run("sdiag").stdout)
+    assert shown is not None
+    assert slurm.backend.dbd_queue() == int(shown.group(1))  # 0 in a lab whose slurmdbd runs
+
+
+# -- the rest backend's own: version, token sources, a key slurmrestd does not know ---------
+
+def rest_backend(lab: Lab, **rest: Any) -> RestBackend:
+    return RestBackend(lab_config(lab, backend="rest", **rest))
+
+
+def test_rest_picks_the_version_the_server_offers(lab: Lab) -> None:
+    key = lab["jwt"]["key_file"]
+    offered = lab["slurmrestd"]["api_version"]  # the lab's newest answering ping
+    assert rest_backend(lab, key_file=key).api_version == offered
+    assert rest_backend(lab, key_file=key, api_version=offered).api_version == offered
+    if offered != "v0.0.44":
+        with pytest.raises(SlurmError, match=r"offers no API version this bot speaks \(v0"):
+            rest_backend(lab, key_file=key, api_version="v0.0.44").nodes()
+
+
+def test_rest_with_the_labs_token_file_and_with_a_foreign_key(lab: Lab, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(f"SLURM_JWT={lab['jwt']['token']}\n")
+    assert [n.name for n in rest_backend(lab, token_file=str(token_file)).nodes(["gpu01"])] \
+        == ["gpu01"]
+    foreign = tmp_path / "foreign.key"
+    foreign.write_bytes(b"k" * 32)
+    # 22.05 passes a token through to slurmctld, which refuses it: HTTP 500, not 401
+    with pytest.raises(SlurmError, match=r"refuse[sd] the token") as caught:
+        rest_backend(lab, key_file=str(foreign)).nodes()
+    assert not isinstance(caught.value, SlurmctldUnreachable)
+    assert lab["jwt"]["token"] not in str(caught.value)

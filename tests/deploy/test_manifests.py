@@ -208,6 +208,10 @@ def test_the_configuration_is_one_the_bot_accepts(
     assert config.kubernetes is not None and config.kubernetes.kubeconfig is None
     assert config.slurm is not None and config.slurm.slurm_conf == \
         f"{mounts['slurm-conf']}/slurm.conf"
+    # slurmrestd's token: a file of the mounted Secret, never a value in the ConfigMap
+    assert config.slurm.backend == "rest" and config.slurm.rest.token_sources() == ["token_file"]
+    assert config.slurm.rest.token_file == f"{mounts['slurm-jwt']}/token"
+    assert volumes["slurm-jwt"]["secret"]["secretName"] == "gpu-runbook-bot-slurm-jwt"
     assert [str(p) for p in config.runbook_paths] == [
         "/usr/share/gpu-runbook-bot/runbooks", mounts["runbooks"]]
     assert config.server.port == 8080

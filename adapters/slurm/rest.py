@@ -1,0 +1,215 @@
+"""The ``rest`` Slurm backend: slurmrestd over HTTP with a JWT; no munge, no Slurm programs.
+
+It speaks the newest API version the server offers (v0.0.38, Slurm 22.05, up to v0.0.44)
+and refuses, naming what is needed, what that version lacks (``unsupported``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import requests
+
+from adapters.slurm import parsing, restparse
+from adapters.slurm.backend import AccountUsage, Job, NodeInfo, Reservation, SlurmError
+from adapters.slurm.config import SlurmConfig
+from adapters.slurm.hostlist import compress
+from adapters.slurm.restauth import TokenSource
+from adapters.slurm.restclient import VERSIONS, RestClient, release
+
+
+@dataclass(frozen=True)
+class Need:
+    """What an operation needs of slurmrestd: an endpoint (from ``since``), or none exists."""
+
+    what: str
+    method: str | None = None
+    path: str | None = None
+    since: str | None = None  # the first API version documented to have it
+
+
+NODE_PATH = "/slurm/{v}/node/{node_name}"
+NEEDS = {
+    "update_nodes": Need("node update (drain/resume)", "POST", NODE_PATH, "v0.0.39"),
+    "update_features": Need("node features update", "POST", NODE_PATH, "v0.0.39"),
+    "create_reservation": Need("reservation create", "POST", "/slurm/{v}/reservation",
+                               "v0.0.43"),
+    "delete_reservation": Need("reservation delete", "DELETE",
+                               "/slurm/{v}/reservation/{reservation_name}", "v0.0.43"),
+    "dbd_queue": Need("diagnostics (sdiag)", "GET", "/slurm/{v}/diag", "v0.0.38"),
+    "requeue": Need("job requeue"),
+    "reboot": Need("node reboot"),
+    "run_on_node": Need("srun (run_on_node needs munge and the Slurm client programs)"),
+}
+
+
+class RestBackend:
+    """``SlurmBackend`` over slurmrestd (``slurm.rest``); one request per read.
+
+    The server is asked which API versions it offers on first use (its /openapi/v3
+    listing, else a ping per version), unless ``slurm.rest.api_version`` pins one.
+    """
+
+    def __init__(self, config: SlurmConfig, tokens: TokenSource | None = None,
+                 session: requests.Session | None = None) -> None:
+        self.config = config
+        self._tokens = tokens or TokenSource(config.rest)
+        self._session = session
+        self._client: RestClient | None = None
+
+    @property
+    def client(self) -> RestClient:
+        if self._client is None:
+            self._client = RestClient(self.config.rest, self.config.timeout, self._tokens,
+                                      self._session)
+        return self._client
+
+    @property
+    def api_version(self) -> str:
+        return self.client.version
+
+    # -- capability ---------------------------------------------------------------------
+
+    def unsupported(self, operation: str) -> str | None:
+        """Why this server cannot do ``operation`` (a Protocol method name); None if it can."""
+        need = NEEDS.get(operation)
+        if need is None:
+            return None
+        version = self.client.version
+        found = f"slurmrestd {version} ({release(version)})"
+        if need.method is None or need.path is None or need.since is None:
+            return (f"{found} has no {need.what}: no slurmrestd API version offers it; "
+                    "use slurm.backend: cli")
+        offered = self.client.offers(need.method, need.path)
+        if offered is None:  # no openapi listing: go by the documented versions
+            offered = VERSIONS.index(version) <= VERSIONS.index(need.since)
+        if offered:
+            return None
+        return (f"{found} has no {need.what}; it needs {need.since} ({release(need.since)}) "
+                "or later, or slurm.backend: cli")
+
+    def _require(self, operation: str) -> None:
+        reason = self.unsupported(operation)
+        if reason is not None:
+            raise SlurmError(reason)
+
+    # -- reads ------------------------------------------------------------------------
+
+    def nodes(self, names: list[str] | None = None, *, with_jobs: bool = True) -> list[NodeInfo]:
+        found = parsing.parse_nodes(self.client.get("/slurm/{v}/nodes"))
+        if names is not None:
+            wanted = set(names)
+            found = [node for node in found if node.name in wanted]
+        jobs_by_node: dict[str, list[int]] = {}
+        for job in self._all_jobs() if with_jobs else []:
+            if job.active:
+                for node in job.nodes:
+                    jobs_by_node.setdefault(node, []).append(job.id)
+        result = [replace(node, jobs=sorted(jobs_by_node.get(node.name, []))) for node in found]
+        if names is not None:
+            order = {name: index for index, name in enumerate(names)}
+            result.sort(key=lambda node: order[node.name])
+        return result
+
+    def _all_jobs(self) -> list[Job]:
+        return parsing.parse_jobs(self.client.get("/slurm/{v}/jobs"))
+
+    def jobs(self, names: list[str]) -> list[Job]:
+        wanted = set(names)
+        return [job for job in self._all_jobs()
+                if (job.active or job.state == "PENDING") and wanted.intersection(job.nodes)]
+
+    def reservations(self) -> list[Reservation]:
+        return restparse.parse_reservations(self.client.get("/slurm/{v}/reservations"))
+
+    def accounting(self, start: datetime, end: datetime) -> list[AccountUsage]:
+        params = {"start_time": _slurm_time(start), "end_time": _slurm_time(end)}
+        data = self.client.request("GET", "/slurmdb/{v}/jobs", params=params, allow_empty=True)
+        return parsing.parse_accounting(data, start, end)
+
+    def accounts(self) -> list[str]:
+        return restparse.parse_accounts(self.client.get("/slurmdb/{v}/accounts"))
+
+    def dbd_queue(self) -> int:
+        self._require("dbd_queue")
+        size = restparse.dbd_agent_queue(self.client.get("/slurm/{v}/diag"))
+        if size is None:
+            version = self.client.version
+            raise SlurmError(f"slurmrestd {version} ({release(version)}) reports no DBD agent "
+                             "queue size in /diag; use slurm.backend: cli (sdiag)")
+        return size
+
+    # -- changes ----------------------------------------------------------------------
+
+    def update_nodes(self, names: list[str], state: str, reason: str | None = None) -> None:
+        self._require("update_nodes")
+        body: dict[str, Any] = {"state": [state.upper()]}
+        if reason is not None:
+            body["reason"] = reason
+            body["reason_uid"] = self._tokens.user
+        for name in names:  # one request per node: a node name never needs quoting
+            self.client.request("POST", f"/slurm/{{v}}/node/{_plain(name)}", body=body)
+
+    def update_features(self, names: list[str], features: list[str]) -> None:
+        self._require("update_features")
+        joined = ",".join(features)
+        for name in names:
+            self.client.request("POST", f"/slurm/{{v}}/node/{_plain(name)}",
+                                body={"features": joined, "features_act": joined})
+
+    def requeue(self, job_ids: list[int]) -> None:
+        if job_ids:
+            self._require("requeue")
+
+    def create_reservation(self, name: str, nodes: list[str], start: str,
+                           duration_seconds: float, flags: list[str], users: list[str]) -> None:
+        self._require("create_reservation")
+        self.client.request("POST", "/slurm/{v}/reservation",
+                            body=reservation_body(name, nodes, start, duration_seconds,
+                                                  flags, users))
+
+    def delete_reservation(self, name: str) -> None:
+        self._require("delete_reservation")
+        self.client.request("DELETE", f"/slurm/{{v}}/reservation/{_plain(name)}")
+
+    def reboot(self, names: list[str], nextstate: str, reason: str) -> None:
+        self._require("reboot")
+
+    def run_on_node(self, node: str, reservation: str | None, argv: list[str],
+                    timeout: float, env: Mapping[str, str] | None = None
+                    ) -> tuple[int, str, str]:
+        self._require("run_on_node")
+        raise SlurmError("run_on_node is not possible over slurmrestd")  # pragma: no cover
+
+
+def reservation_body(name: str, nodes: list[str], start: str, duration_seconds: float,
+                     flags: list[str], users: list[str]) -> dict[str, Any]:
+    """v0.0.43+ ``reservation_desc_msg``: times as epoch number objects, duration in
+    minutes (rounded up, as scontrol's Duration=)."""
+    begins = datetime.now() if start.lower() == "now" else datetime.fromisoformat(start)
+    return {
+        "name": name,
+        "node_list": compress(nodes),
+        "start_time": {"set": True, "infinite": False, "number": int(begins.timestamp())},
+        "duration": {"set": True, "infinite": False,
+                     "number": max(1, math.ceil(duration_seconds / 60))},
+        "flags": [flag.upper() for flag in flags],
+        "users": ",".join(users),
+    }
+
+
+def _plain(name: str) -> str:
+    """A path segment as it is: node and reservation names never hold / ? # % or spaces."""
+    if not name or any(ch in name for ch in "/?#% \t\n"):
+        raise SlurmError(f"{name!r} cannot be sent to slurmrestd as a name")
+    return name
+
+
+def _slurm_time(moment: datetime) -> str:
+    """Local time without a zone, as slurmdbd reads ``start_time``/``end_time``."""
+    local = moment.astimezone() if moment.tzinfo else moment
+    return local.strftime("%Y-%m-%dT%H:%M:%S")
