@@ -73,15 +73,14 @@ class Cluster:
             gone = [k for k, t in self.gone_at.items() if t <= now]
             for key in gone:
                 del self.gone_at[key]
-            ready = [u for u, t in self.ready_at.items() if t <= now]
+            ready = {u for u, t in self.ready_at.items() if t <= now}
             for uid in ready:
                 del self.ready_at[uid]
         for ns, name in gone:
-            if self.store.find(PODS, ns, name) is not None:
+            if self.store.peek(PODS, ns, name) is not None:
                 self.store.delete(PODS, ns, name)
         if ready:
-            pods, _ = self.store.select(PODS, None, lambda p: meta(p)["uid"] in ready)
-            for pod in pods:
+            for pod in self.store.scan(PODS, None, lambda p: meta(p)["uid"] in ready):
                 self.store.modify(PODS, meta(pod)["namespace"], meta(pod)["name"], set_ready)
 
     # --- scheduling ------------------------------------------------------------
@@ -89,24 +88,32 @@ class Cluster:
     def pick_node(self, pod: Obj) -> str | None:
         """A schedulable node with enough free GPUs whose taints the pod tolerates;
         the one with the fewest GPUs requested wins (spreading, like the default)."""
-        nodes, _ = self.store.select(NODES)
-        pods, _ = self.store.select(PODS)
+        requested = gpus_requested(self.store.scan(PODS))
         wanted = gpu_request(pod)
         best: tuple[int, str] | None = None
-        for node in nodes:
+        for node in self.store.scan(NODES):
             name = meta(node)["name"]
             if node.get("spec", {}).get("unschedulable") or not tolerates(pod, node):
                 continue
             if not selects(pod, node):
                 continue
-            used = sum(gpu_request(p) for p in pods if p["spec"].get("nodeName") == name
-                       and not meta(p).get("deletionTimestamp"))
+            used = requested.get(name, 0)
             free = int(node.get("status", {}).get("allocatable", {}).get(GPU, "0")) - used
             if wanted and wanted > free:
                 continue
             if best is None or (used, name) < best:
                 best = (used, name)
         return best[1] if best else None
+
+
+def gpus_requested(pods: list[Obj]) -> dict[str, int]:
+    """GPUs requested per node by its pods that are not terminating."""
+    used: dict[str, int] = {}
+    for p in pods:
+        node = p["spec"].get("nodeName")
+        if node and not meta(p).get("deletionTimestamp"):
+            used[node] = used.get(node, 0) + gpu_request(p)
+    return used
 
 
 def set_ready(pod: Obj) -> None:

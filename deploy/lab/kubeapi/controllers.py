@@ -32,11 +32,6 @@ WALK = ["cordon-required", "wait-for-jobs-required", "pod-deletion-required", "d
 IDLE = {"", "upgrade-done", "upgrade-required"}  # everything else counts as in progress
 
 
-def owned_by(pod: Obj, uid: str) -> bool:
-    return any(r.get("uid") == uid and r.get("controller")
-               for r in meta(pod).get("ownerReferences") or [])
-
-
 def owner_ref(obj: Obj) -> Obj:
     return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta(obj)["name"],
             "uid": meta(obj)["uid"], "controller": True, "blockOwnerDeletion": True}
@@ -55,7 +50,7 @@ def pod_from_template(owner: Obj, node: str | None) -> Obj:
 
 
 def _live(pods: list[Obj]) -> list[Obj]:
-    return [p for p in pods if not meta(p).get("deletionTimestamp")]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
 def _set_status(cluster: Cluster, obj: Obj, status: Obj) -> None:
@@ -70,9 +65,9 @@ def _set_status(cluster: Cluster, obj: Obj, status: Obj) -> None:
 
 def reconcile_replicasets(cluster: Cluster) -> None:
     store = cluster.store
-    for rs in store.select(RS)[0]:
+    for rs in store.scan(RS):
         ns, uid = meta(rs)["namespace"], meta(rs)["uid"]
-        live = _live(store.select(PODS, ns, lambda p, u=uid: owned_by(p, u))[0])
+        live = _live(store.scan_owned(PODS, ns, uid))
         for pod in live:
             if not pod["spec"].get("nodeName"):
                 bind(cluster, pod)
@@ -106,13 +101,13 @@ def bind(cluster: Cluster, pod: Obj) -> None:
 
 def reconcile_daemonsets(cluster: Cluster) -> None:
     store = cluster.store
-    nodes = store.select(NODES)[0]
-    for ds in store.select(DS)[0]:
+    nodes = store.scan(NODES)
+    for ds in store.scan(DS):
         ns, uid = meta(ds)["namespace"], meta(ds)["uid"]
-        pods = _live(store.select(PODS, ns, lambda p, u=uid: owned_by(p, u))[0])
+        pods = _live(store.scan_owned(PODS, ns, uid))
         on_node = {p["spec"].get("nodeName") for p in pods}
         template = pod_from_template(ds, None)
-        wanted = [meta(n)["name"] for n in nodes if selects(template, n)]
+        wanted = {meta(n)["name"] for n in nodes if selects(template, n)}
         for node in nodes:
             name = meta(node)["name"]
             if name in wanted and name not in on_node and tolerates(template, node):
@@ -138,7 +133,7 @@ def driver_fails(cluster: Cluster, node: Obj) -> bool:
 # --- GPU Operator driver upgrade ----------------------------------------------
 
 def cluster_policy(cluster: Cluster) -> Obj | None:
-    policies = cluster.store.select(CLUSTER_POLICY)[0]
+    policies = cluster.store.scan(CLUSTER_POLICY)
     return policies[0] if policies else None
 
 
@@ -150,7 +145,7 @@ def target_version(cluster: Cluster, node: Obj) -> str | None:
     driver_spec = (cp or {}).get("spec", {}).get("driver", {})
     if not driver_spec.get("useNvidiaDriverCRD"):
         return str(driver_spec["version"]) if driver_spec.get("version") else None
-    for driver in cluster.store.select(NVIDIA_DRIVER)[0]:
+    for driver in cluster.store.scan(NVIDIA_DRIVER):
         selector = driver.get("spec", {}).get("nodeSelector") or {}
         if all(labels.get(k) == v for k, v in selector.items()):
             version = driver.get("spec", {}).get("version")
@@ -183,7 +178,7 @@ def upgrade_tick(cluster: Cluster) -> None:
     if upgrade_policy.get("autoUpgrade") is False:
         return
     max_parallel = int(upgrade_policy.get("maxParallelUpgrades", 1))
-    nodes = [n for n in cluster.store.select(NODES)[0]
+    nodes = [n for n in cluster.store.scan(NODES)
              if (meta(n).get("labels") or {}).get(GPU_PRESENT) == "true"]
     in_progress = sum((meta(n).get("labels") or {}).get(STATE_LABEL, "") not in IDLE
                       for n in nodes)
@@ -192,7 +187,7 @@ def upgrade_tick(cluster: Cluster) -> None:
         in_progress += started
     sync_driver_daemonset(cluster, cp)
     states = {(meta(n).get("labels") or {}).get(STATE_LABEL) for n in
-              cluster.store.select(NODES)[0] if (meta(n).get("labels") or {}).get(GPU_PRESENT)}
+              cluster.store.scan(NODES) if (meta(n).get("labels") or {}).get(GPU_PRESENT)}
     state = "ready" if states <= {"upgrade-done"} else "notReady"
     if cp.get("status", {}).get("state") != state:
         def change(o: Obj) -> None:
@@ -276,8 +271,8 @@ def apply_node_changes(cluster: Cluster, name: str, changes: dict[str, str | Non
 
 def _operator_pods(cluster: Cluster, node: str) -> list[Obj]:
     prefixes = (DRIVER_DS + "-", VALIDATOR_DS + "-")
-    return cluster.store.select(PODS, OPERATOR_NS, lambda p: p["spec"].get("nodeName") == node
-                              and meta(p)["name"].startswith(prefixes))[0]
+    return cluster.store.scan(PODS, OPERATOR_NS, lambda p: p["spec"].get("nodeName") == node
+                            and meta(p)["name"].startswith(prefixes))
 
 
 def restart_operator_pods(cluster: Cluster, node: str) -> None:
@@ -294,7 +289,7 @@ def operator_pods_ready(cluster: Cluster, node: str) -> bool:
 def sync_driver_daemonset(cluster: Cluster, cp: Obj) -> None:
     """Like the operator: the driver DaemonSet's image follows ClusterPolicy's version."""
     driver = cp.get("spec", {}).get("driver", {})
-    ds = cluster.store.find(DS, OPERATOR_NS, DRIVER_DS)
+    ds = cluster.store.peek(DS, OPERATOR_NS, DRIVER_DS)
     if ds is None or not driver.get("version"):
         return
     image = (f"{driver.get('repository', 'nvcr.io/nvidia')}/{driver.get('image', 'driver')}:"
@@ -306,6 +301,20 @@ def sync_driver_daemonset(cluster: Cluster, cp: Obj) -> None:
         cluster.store.modify(DS, OPERATOR_NS, DRIVER_DS, change)
 
 
+def reconcile(cluster: Cluster, quiet_rv: str | None) -> str | None:
+    """The store-driven controllers (DaemonSets, ReplicaSets, PDBs): they act on the
+    objects alone, so when nothing changed since a pass that changed nothing (quiet_rv) they
+    are skipped. Returns the new quiet resourceVersion (None after a pass that wrote)."""
+    store = cluster.store
+    rv = store.current_rv()
+    if rv == quiet_rv:
+        return quiet_rv
+    reconcile_daemonsets(cluster)
+    reconcile_replicasets(cluster)
+    policy.refresh(store)
+    return rv if store.current_rv() == rv else None
+
+
 class ControllerLoop(threading.Thread):
     def __init__(self, cluster: Cluster) -> None:
         super().__init__(name="controllers", daemon=True)
@@ -314,12 +323,11 @@ class ControllerLoop(threading.Thread):
 
     def run(self) -> None:
         last_upgrade = last_save = 0.0
+        quiet_rv: str | None = None
         while not self.stopping.wait(self.cluster.timing.tick):
             try:
                 self.cluster.kubelet_tick()
-                reconcile_daemonsets(self.cluster)
-                reconcile_replicasets(self.cluster)
-                policy.refresh(self.cluster.store)
+                quiet_rv = reconcile(self.cluster, quiet_rv)
                 now = time.monotonic()
                 if now - last_upgrade >= upgrade_step(self.cluster):
                     upgrade_tick(self.cluster)
@@ -330,4 +338,5 @@ class ControllerLoop(threading.Thread):
                     self.cluster.store.save()
                     last_save = now
             except Exception:  # a controller bug must not stop the API
+                quiet_rv = None
                 log.exception("controller loop")

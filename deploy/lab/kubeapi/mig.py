@@ -32,7 +32,7 @@ APPLY_SECONDS = 1.0
 
 
 def tick(cluster: Cluster) -> None:
-    for node in cluster.store.select(NODES)[0]:
+    for node in cluster.store.scan(NODES):
         if MIG_CONFIG in (meta(node).get("labels") or {}):
             step(cluster, node)
 
@@ -73,8 +73,8 @@ def finish(cluster: Cluster, node: Obj, layout: str) -> None:
                  else {GPU: str(gpus)})
     change(cluster, name, {MIG_STATE: "success", **restore},
            {PENDING: None, FAILED_LAYOUT: None, APPLIED: layout}, resources)
-    for pod in cluster.store.select(PODS, "gpu-operator", lambda p: p["spec"].get("nodeName")
-                                    == name and meta(p)["name"].startswith(VALIDATOR_PREFIX))[0]:
+    for pod in cluster.store.scan(PODS, "gpu-operator", lambda p: p["spec"].get("nodeName")
+                                  == name and meta(p)["name"].startswith(VALIDATOR_PREFIX)):
         cluster.store.delete(PODS, "gpu-operator", meta(pod)["name"])  # validates again
     log.info("mig %s: %s success", name, layout)
 

@@ -15,10 +15,14 @@ PODS, PDBS, RS = by_kind("Pod"), by_kind("PodDisruptionBudget"), by_kind("Replic
 
 
 def pod_ready(pod: Obj) -> bool:
-    if meta(pod).get("deletionTimestamp") or pod.get("status", {}).get("phase") != "Running":
+    # Called for every pod on every controller pass: plain reads, no meta() setdefault.
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
         return False
-    conditions = pod.get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    for c in status.get("conditions") or ():
+        if c.get("type") == "Ready" and c.get("status") == "True":
+            return True
+    return False
 
 
 def _int_or_percent(value: Any, total: int, round_up: bool) -> int:
@@ -44,7 +48,7 @@ def _expected(store: Store, pods: list[Obj]) -> int:
         if ref.get("uid") in seen:
             continue
         seen.add(ref.get("uid"))
-        owner = store.find(RS, meta(pod)["namespace"], ref.get("name", "")) \
+        owner = store.peek(RS, meta(pod)["namespace"], ref.get("name", "")) \
             if ref.get("kind") == "ReplicaSet" else None
         total += int(owner.get("spec", {}).get("replicas", 1)) if owner else 1
     return total
@@ -52,9 +56,8 @@ def _expected(store: Store, pods: list[Obj]) -> int:
 
 def matching_pods(store: Store, pdb: Obj) -> list[Obj]:
     selector = pdb.get("spec", {}).get("selector")
-    pods, _ = store.select(PODS, meta(pdb)["namespace"],
-                         lambda p: selector_matches(selector, meta(p).get("labels") or {}))
-    return pods
+    return store.scan(PODS, meta(pdb)["namespace"],
+                      lambda p: selector_matches(selector, meta(p).get("labels") or {}))
 
 
 def compute_status(store: Store, pdb: Obj) -> Obj:
@@ -87,8 +90,7 @@ def compute_status(store: Store, pdb: Obj) -> Obj:
 
 def refresh(store: Store) -> None:
     """Recompute every PDB's status; writes (and bumps resourceVersion) only on change."""
-    pdbs, _ = store.select(PDBS)
-    for pdb in pdbs:
+    for pdb in store.scan(PDBS):
         status = compute_status(store, pdb)
         if status != pdb.get("status"):
             def change(obj: Obj, status: Obj = status) -> None:

@@ -23,7 +23,7 @@ VALIDATOR_PREFIX = "nvidia-operator-validator-"
 
 
 def tick(cluster: Cluster) -> None:
-    for node in cluster.store.select(NODES)[0]:
+    for node in cluster.store.scan(NODES):
         m = meta(node)
         if LABEL in (m.get("labels") or {}) or STATE in (m.get("annotations") or {}):
             step(cluster, node)
@@ -58,8 +58,8 @@ def boot(cluster: Cluster, name: str) -> None:
     """A new bootID, Ready, and the validator pods start again (their DaemonSet recreates
     them)."""
     change(cluster, name, None, ready=True, boot_id=str(uuid.uuid4()))
-    for pod in cluster.store.select(PODS, "gpu-operator", lambda p: p["spec"].get("nodeName")
-                                    == name and meta(p)["name"].startswith(VALIDATOR_PREFIX))[0]:
+    for pod in cluster.store.scan(PODS, "gpu-operator", lambda p: p["spec"].get("nodeName")
+                                  == name and meta(p)["name"].startswith(VALIDATOR_PREFIX)):
         cluster.store.delete(PODS, "gpu-operator", meta(pod)["name"])
 
 

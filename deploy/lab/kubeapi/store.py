@@ -1,5 +1,7 @@
 """In-memory object store: one global resourceVersion counter, uids, an event window for
-watches, optimistic concurrency (409 on a stale resourceVersion) and a JSON state file."""
+watches, optimistic concurrency (409 on a stale resourceVersion) and a JSON state file.
+Stored objects are never changed in place (a write stores a new dict), so controllers read
+them without copying (peek, scan); clients always get copies (get, find, select)."""
 from __future__ import annotations
 
 import copy
@@ -32,11 +34,18 @@ def meta(obj: Obj) -> Obj:
 
 
 def _without_bookkeeping(obj: Obj) -> Obj:
-    """The object minus the fields the server owns, to detect no-op updates."""
-    clean = copy.deepcopy(obj)
-    for key in ("resourceVersion", "managedFields", "generation"):
-        meta(clean).pop(key, None)
+    """The object minus the fields the server owns, to detect no-op updates (a shallow
+    view: only compared, never changed)."""
+    clean = dict(obj)
+    clean["metadata"] = {k: v for k, v in meta(obj).items()
+                         if k not in ("resourceVersion", "managedFields", "generation")}
     return clean
+
+
+def controller_uids(obj: Obj) -> set[str]:
+    """The uids of the object's controllers (ownerReferences with controller: true)."""
+    return {str(r.get("uid")) for r in meta(obj).get("ownerReferences") or []
+            if r.get("controller")}
 
 
 def _spec_part(obj: Obj) -> Obj:
@@ -49,6 +58,8 @@ class Store:
         self.changed = threading.Condition(self.lock)
         self.rv = 0
         self.objects: dict[str, dict[tuple[str, str], Obj]] = {r.key: {} for r in RESOURCES}
+        # Per resource: controller uid -> the keys of the objects it controls (for scan_owned).
+        self.owned: dict[str, dict[str, set[tuple[str, str]]]] = {r.key: {} for r in RESOURCES}
         self.events: deque[Event] = deque(maxlen=EVENT_WINDOW)
         self.state_file = state_file
         self.dirty = False
@@ -59,15 +70,17 @@ class Store:
         with self.lock:
             self.rv = int(data.get("resourceVersion", 0))
             for key, items in data.get("objects", {}).items():
-                bucket = self.objects.setdefault(key, {})
+                self.objects.setdefault(key, {})
+                self.owned.setdefault(key, {})
                 for obj in items:
                     m = meta(obj)
-                    bucket[(m.get("namespace", ""), m["name"])] = obj
+                    self._put(key, (m.get("namespace", ""), m["name"]), obj)
 
     def snapshot(self) -> Obj:
+        """The whole state, sharing the stored objects: read-only (they never change)."""
         with self.lock:
             objects = {k: list(v.values()) for k, v in self.objects.items()}
-            return {"resourceVersion": self.rv, "objects": copy.deepcopy(objects)}
+            return {"resourceVersion": self.rv, "objects": objects}
 
     def save(self) -> None:
         """Write the state file when something changed since the last save."""
@@ -107,6 +120,47 @@ class Store:
             items = [o for (o_ns, _), o in sorted(self.objects[res.key].items())
                      if (ns is None or o_ns == ns) and (match is None or match(o))]
             return copy.deepcopy(items), str(self.rv)
+
+    # --- read-only views for controllers: the stored objects themselves ----------
+
+    def peek(self, res: Resource, ns: str, name: str) -> Obj | None:
+        """The stored object or None; the caller must not change it."""
+        with self.lock:
+            return self.objects[res.key].get((ns, name))
+
+    def scan(self, res: Resource, ns: str | None = None,
+             match: Callable[[Obj], bool] | None = None) -> list[Obj]:
+        """Like select without the copies (nor the resourceVersion); the caller must not
+        change the objects. A write meanwhile stores a new dict: these stay as they were."""
+        with self.lock:
+            found = [(key, o) for key, o in self.objects[res.key].items()
+                     if (ns is None or key[0] == ns) and (match is None or match(o))]
+        found.sort(key=lambda item: item[0])  # the order select lists in
+        return [o for _, o in found]
+
+    def scan_owned(self, res: Resource, ns: str, uid: str) -> list[Obj]:
+        """Like scan for the objects in ns that the object with this uid controls."""
+        with self.lock:
+            bucket = self.objects[res.key]
+            keys = sorted(k for k in self.owned[res.key].get(uid, ()) if k[0] == ns)
+            return [bucket[k] for k in keys]
+
+    # --- the one place objects enter and leave the buckets (keeps the index) -----
+
+    def _put(self, key: str, at: tuple[str, str], obj: Obj) -> None:
+        self._drop(key, at)
+        self.objects[key][at] = obj
+        for uid in controller_uids(obj):
+            self.owned[key].setdefault(uid, set()).add(at)
+
+    def _drop(self, key: str, at: tuple[str, str]) -> Obj | None:
+        obj = self.objects[key].pop(at, None)
+        for uid in controller_uids(obj) if obj is not None else ():
+            keys = self.owned[key][uid]
+            keys.discard(at)
+            if not keys:
+                del self.owned[key][uid]
+        return obj
 
     # --- writes --------------------------------------------------------------
 
@@ -148,7 +202,7 @@ class Store:
                 obj["apiVersion"], obj["kind"] = res.api_version, res.kind
                 return obj
             self._stamp(res, obj)
-            bucket[(ns, name)] = obj
+            self._put(res.key, (ns, name), obj)
             self._emit(res, "ADDED", obj)
             return copy.deepcopy(obj)
 
@@ -184,7 +238,7 @@ class Store:
             if dry_run:
                 return obj
             self._stamp(res, obj)
-            bucket[(ns, name)] = obj
+            self._put(res.key, (ns, name), obj)
             self._emit(res, "MODIFIED", obj)
             return copy.deepcopy(obj)
 
@@ -209,7 +263,8 @@ class Store:
                 raise errors.not_found(res.group, res.plural, name)
             if dry_run:
                 return copy.deepcopy(obj)
-            del bucket[(ns, name)]
+            self._drop(res.key, (ns, name))
+            obj = copy.deepcopy(obj)  # stamp a copy: readers may still hold the stored one
             self._stamp(res, obj)
             self._emit(res, "DELETED", obj)
             return copy.deepcopy(obj)

@@ -17,9 +17,6 @@ HANDOFF_NODES = ["gpu04"]
 FAULT_NODE = "kube"  # `lab fault kube api=500|hang|ok`
 TOKEN = "grblab-admin-token"  # any bearer token is accepted; clients just need one
 LAB_DIR = Path(__file__).resolve().parent.parent
-# A pool bigger than this gets a slower controller loop: every tick copies every pod, and
-# a 512-node pool's ~2,800 pods take ~1 s a tick (10 ticks a second would keep a core busy).
-SMALL_POOL, BIG_POOL_TICK = 16, 5.0
 
 
 def shape(slurm_nodes: list[str], slurmd_nodes: list[str],
@@ -72,8 +69,7 @@ def daemon(layout: Layout, ports: Ports, pool: list[str] = KUBE_NODES,
               "--state", str(state_file(layout)), "--faults", str(layout.faults),
               "--log", str(layout.log / "kubeapi.log"), "--audit-log", str(audit_log(layout)),
               "--nodes", ",".join(pool), "--handoff", ",".join(handoff),
-              "--driver", DEFAULT_DRIVER,
-              *(["--tick", str(BIG_POOL_TICK)] if len(pool) > SMALL_POOL else [])],
+              "--driver", DEFAULT_DRIVER],
         env=env, port=port, logs=[layout.log / "kubeapi.log", layout.log / "kubeapi.out"],
         ready=ready,
     )
