@@ -62,6 +62,10 @@ class ActionContext:
     to the requester (terminal, chat thread). ``fencing_token`` is the token of the
     execution's locks; adapters that support fencing pass it on.
 
+    ``status`` publishes a structured state of a long step (a fleet drain's node states, a
+    JSON-able mapping): the engine keeps the latest on the step for the chat message and
+    ``runbook status``; call it when the state changes, not per pod.
+
     ``stop`` is set by the engine when the action must stop: a cancel, the engine lost
     its claim on the execution, or the step's timeout passed. An action that waits
     calls ``checkpoint`` and sleeps at most ``pause(...)`` seconds between polls, so it
@@ -73,6 +77,7 @@ class ActionContext:
     deadline: float
     fencing_token: int = 0
     progress: Callable[[str], None] = lambda line: None
+    status: Callable[[Mapping[str, Any]], None] = lambda data: None
     # True once someone asked to cancel the execution (read by the engine's watcher)
     cancelled: Callable[[], bool] = lambda: False
     stop: threading.Event = field(default_factory=threading.Event)

@@ -561,6 +561,11 @@ class Service:
             ex = self._get(conn, execution_id)
             return ex, list(audit.events(conn, execution_id=execution_id))
 
+    def step_states(self, execution_id: int) -> dict[tuple[str, str], executions.StepState]:
+        """Each step's row by (phase, step id): its state and result (node states too)."""
+        with self.db.connect() as conn:
+            return executions.step_states_of(conn, execution_id)
+
     def approvals(self, execution_id: int) -> list[str]:
         with self.db.connect() as conn:
             ex = self._get(conn, execution_id)

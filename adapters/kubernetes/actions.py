@@ -38,6 +38,7 @@ from adapters.kubernetes.base import (
 )
 from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.drain import DrainAction
+from adapters.kubernetes.fleet_drain import FLEET_ACTIONS
 from adapters.kubernetes.gpu_operator import (
     DriverVersionsAction,
     SetDriverVersionAction,
@@ -330,7 +331,7 @@ ACTION_CLASSES: tuple[type[KubernetesAction], ...] = (
     CordonAction, UncordonAction, CordonNodesAction, UncordonNodesAction, DrainAction,
     LabelAction, TaintAction, WaitLabelsAction, RequestRebootAction,
     SetDriverVersionAction, WaitUpgradeStateAction, WaitValidatorAction, DriverVersionsAction,
-    *MIG_ACTIONS, *UPGRADE_ACTIONS,
+    *MIG_ACTIONS, *UPGRADE_ACTIONS, *FLEET_ACTIONS,
 )
 
 

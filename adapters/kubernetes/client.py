@@ -23,15 +23,14 @@ from kubernetes.config.config_exception import ConfigException
 from adapters.actions import ActionTimeout
 from adapters.kubernetes.backend import (
     Eviction,
-    KubernetesConflict,
     KubernetesError,
     KubernetesNotFound,
-    KubernetesUnavailable,
     Lease,
     Node,
     Pod,
 )
 from adapters.kubernetes.config import KubernetesConfig
+from adapters.kubernetes.quickread import api_error, node_not_found, transport_error
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -145,48 +144,11 @@ class ClientBackend:
         return json.loads(data) if data else {}
 
     def _api_error(self, request: str, exc: k8s.ApiException) -> KubernetesError:
-        status = int(exc.status or 0)
-        body: Any = None
-        try:
-            body = json.loads(exc.body) if exc.body else None
-        except ValueError:
-            body = None
-        if isinstance(body, dict) and body.get("kind") == "Status":
-            reason = str(body.get("reason") or exc.reason or "")
-            message = str(body.get("message") or "")
-        else:
-            reason = str(exc.reason or "")
-            message = (exc.body or "").strip()[:300] if isinstance(exc.body, str) else ""
-        text = f"Kubernetes API {request} answered {status} {reason}".rstrip()
-        if message:
-            text += f": {message}"
-        kind: type[KubernetesError] = KubernetesError
-        if status == 404:
-            kind = KubernetesNotFound
-        elif status == 409:
-            kind = KubernetesConflict
-        elif status == 0 or status >= 500:
-            kind = KubernetesUnavailable
-            text = (f"Kubernetes API not answering at {self.url}: {request} answered "
-                    f"{status} {reason}" + (f": {message}" if message else "")
-                    + " (check the API server and its logs; retry when it answers again)")
-        return kind(text, status=status, reason=reason, api_message=message, request=request)
+        return api_error(self.url, request, exc.status, exc.reason, exc.body)
 
     def _transport_error(self, request: str, exc: urllib3.exceptions.HTTPError,
                          limit: float) -> KubernetesError:
-        cause: BaseException = exc
-        if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
-            cause = exc.reason
-        if isinstance(cause, urllib3.exceptions.TimeoutError):
-            what = f"no answer within {limit:.3g}s (timeout)"
-        else:
-            what = f"{type(cause).__name__}: {cause}"
-        return KubernetesUnavailable(
-            f"Kubernetes API not answering at {self.url}: {request}: {what}; check that the "
-            "API server runs and is reachable (a change this request carried may or may not "
-            "have been applied: the step is idempotent, retry it)",
-            status=0, reason="Timeout" if "timeout" in what else "Unreachable",
-            request=request)
+        return transport_error(self.url, request, exc, limit)
 
     # --- nodes --------------------------------------------------------------------
 
@@ -195,10 +157,7 @@ class ClientBackend:
             return Node.from_api(self._call(f"GET /api/v1/nodes/{name}", "GET", NODE,
                                             {"name": name}))
         except KubernetesNotFound as exc:
-            raise KubernetesNotFound(
-                f'Kubernetes has no node "{name}" (kubectl get nodes lists them): check the '
-                f"node name ({exc.api_message or 'NotFound'})", status=404,
-                reason="NotFound", api_message=exc.api_message, request=exc.request) from exc
+            raise node_not_found(name, exc) from exc
 
     def list_nodes(self, label_selector: str | None = None) -> list[Node]:
         query = f"?labelSelector={label_selector}" if label_selector else ""

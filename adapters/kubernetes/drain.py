@@ -7,6 +7,7 @@ pods are never deleted directly, and nothing is evicted once the step is asked t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -66,8 +67,10 @@ class _Drain:
     """
 
     def __init__(self, backend: KubernetesBackend, eviction_retry: float, args: DrainArguments,
-                 ctx: ActionContext, pods: list[Pod], todo: list[Pod]) -> None:
+                 ctx: ActionContext, pods: list[Pod], todo: list[Pod],
+                 may_evict: Callable[[], bool] = lambda: True) -> None:
         self.backend = backend
+        self.may_evict = may_evict  # a shared eviction budget (k8s.drain_nodes) says no
         self.eviction_retry = eviction_retry
         self.args = args
         self.ctx = ctx
@@ -92,7 +95,7 @@ class _Drain:
         for key, pod in list(self.pending.items()):
             if self.retry_at.get(key, 0.0) > time.monotonic():
                 continue
-            if self._full():
+            if self._full() or not self.may_evict():
                 break
             answer = self.backend.evict(pod.namespace, pod.name, self.args.grace_period)
             if answer.outcome == "blocked":

@@ -237,9 +237,7 @@ class PrometheusApiBackend:
         again would get the same answer. Error bodies come from the HTTP response itself (a
         session hook keeps the last one), so a rejected query carries Prometheus's own
         ``errorType`` and ``error`` text."""
-        import requests
-        from prometheus_api_client.exceptions import PrometheusApiClientException
-
+        ssl_error, timeout_error, connection_error, answer_error = self._errors()
         client = self._connect()
         began = time.monotonic()
         budget = float("inf") if timeout is None else timeout
@@ -251,16 +249,16 @@ class PrometheusApiBackend:
             self._local.response = None
             try:
                 return fn(client, limit)
-            except requests.exceptions.SSLError as exc:
+            except ssl_error as exc:
                 raise PrometheusUnavailable(
                     f"Prometheus at {self.config.url} failed the TLS handshake "
                     f"({_connection_problem(exc)}); check the certificate or set "
                     "prometheus.verify_tls: false", attempts) from exc
-            except requests.Timeout:
+            except timeout_error:
                 problem = f"no answer within {limit:g}s"
-            except requests.ConnectionError as exc:  # urllib3's read timeouts land here too
+            except connection_error as exc:  # urllib3's read timeouts land here too
                 problem = _connection_problem(exc, limit)
-            except PrometheusApiClientException as exc:
+            except answer_error as exc:
                 response = self._local.response
                 status = response.status_code if response is not None else 0
                 if status and status < 500:
@@ -282,6 +280,15 @@ class PrometheusApiBackend:
                     f"Prometheus at {self.config.url} is not answering ({problem}); stopped "
                     f"retrying when asked to stop ({attempts} attempt{'s' if attempts > 1 else ''}"
                     f" in {time.monotonic() - began:.1f}s)", attempts)
+
+    def _errors(self) -> tuple[type[Exception], type[Exception], type[Exception],
+                               type[Exception]]:
+        """What the client raises: a TLS failure, a timeout, no connection, a non-200."""
+        import requests
+        from prometheus_api_client.exceptions import PrometheusApiClientException
+
+        return (requests.exceptions.SSLError, requests.Timeout, requests.ConnectionError,
+                PrometheusApiClientException)
 
     @staticmethod
     def _json(response: requests.Response | None) -> dict[str, Any]:

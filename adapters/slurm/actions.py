@@ -24,6 +24,7 @@ from adapters.actions import (
     Seconds,
     StrictArguments,
 )
+from adapters.fleetstatus import NodeStates
 from adapters.host import OUTPUT_LIMIT, HostCommand, allowed_argv
 from adapters.slurm import commands
 from adapters.slurm.backend import REBOOT_FLAGS, NodeInfo, SlurmBackend, SlurmError
@@ -240,8 +241,13 @@ class WaitIdleAction(_SlurmAction):
         deadline = started + min(args.timeout, ctx.remaining())
         requeued: list[int] = []
         last_line = ""
+        states = NodeStates(args.names, ctx, ("idle", "running jobs"), "running jobs")
         while True:
             running = [job for job in self.backend.jobs(args.names) if job.active]
+            busy = {name for job in running for name in job.nodes}
+            for name in args.names:  # per node, for the execution's one chat message
+                states.set(name, "running jobs" if name in busy else "idle")
+            states.publish(force=not running)
             if not running:
                 waited = time.monotonic() - started
                 summary = f"no job runs on {args.hostlist}"

@@ -10,6 +10,7 @@ from adapters.registry import Adapter, Built
 from adapters.slurm.actions import ACTION_CLASSES, SlurmActions
 from adapters.slurm.backends import make_backend
 from adapters.slurm.config import SlurmConfig
+from adapters.slurm.fleet import FLEET_ACTIONS
 from adapters.slurm.gpureset import GpuResetAction
 from adapters.slurm.health import HealthCheckAction
 from adapters.slurm.mig import MIG_ACTIONS
@@ -26,11 +27,12 @@ def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
                              GpuResetAction(backend, config),
                              *(cls(backend, config) for cls in POOL_ACTIONS),
                              *(cls(backend, config) for cls in MIG_ACTIONS),
-                             *(cls(backend, config) for cls in UPGRADE_ACTIONS)]
+                             *(cls(backend, config) for cls in UPGRADE_ACTIONS),
+                             *(cls(backend, config) for cls in FLEET_ACTIONS)]
     return Built(actions, backend)
 
 
 ADAPTER = Adapter("slurm", "slurm", SlurmConfig,
                   (*ACTION_CLASSES, HealthCheckAction, DriverRolloutAction, GpuResetAction,
-                   *POOL_ACTIONS, *MIG_ACTIONS, *UPGRADE_ACTIONS),
+                   *POOL_ACTIONS, *MIG_ACTIONS, *UPGRADE_ACTIONS, *FLEET_ACTIONS),
                   _build)

@@ -21,7 +21,7 @@ from bot.execution.checks.monitoring import AlertsEvaluator, PromqlEvaluator
 from bot.execution.checks.slurm import SlurmEvaluator
 from bot.execution.confirming import DatabaseConfirmations
 from bot.runbooks.catalogue import KNOWN, Catalogue, standard_actions
-from bot.runbooks.inventory import InventorySources, LiveInventory, Seen
+from bot.runbooks.inventory import LiveInventory, discovery_sources
 from bot.runbooks.params import Inventory
 
 
@@ -64,7 +64,7 @@ def assemble(config: Config, db: Engine) -> Assembly:
         actions.extend(built.actions)
         if built.backend is not None:
             backends[adapter.name] = built.backend
-    sources = _inventory_sources(config, backends)
+    sources = discovery_sources(config, backends)
     live = LiveInventory(config.inventory, sources, config.pools, config.mig.layouts,
                          config.inventory.refresh_seconds,
                          driver_floors=config.drivers.floors())
@@ -79,20 +79,3 @@ def assemble(config: Config, db: Engine) -> Assembly:
     return Assembly(Catalogue(actions, KNOWN), Checks(evaluators), live.current(),
                     sources.problems, backends, live)
 
-
-def _inventory_sources(config: Config, backends: Mapping[str, Any]) -> InventorySources:
-    """Where the node inventory is discovered: the two pools, when asked to discover."""
-    sources = InventorySources()
-    if not config.inventory.discover:
-        return sources
-    slurm, kubernetes = backends.get("slurm"), backends.get("kubernetes")
-    label = config.pools.label  # which pool a node serves: bot.runbooks.inventory
-    if slurm is not None:
-        sources.slurm = lambda: [
-            Seen(node.name, drain_reason=node.reason if "DRAIN" in node.flags else None)
-            for node in slurm.nodes(None, with_jobs=False)]
-    if kubernetes is not None:
-        selector = config.inventory.kubernetes_selector
-        sources.kubernetes = lambda: [Seen(node.name, pool_label=node.labels.get(label))
-                                      for node in kubernetes.list_nodes(selector)]
-    return sources

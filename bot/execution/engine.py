@@ -13,7 +13,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -630,6 +630,7 @@ class Engine:
             execution_id=ex.id, step_id=step.id, deadline=time.monotonic() + timeout,
             fencing_token=ex.fencing_token,
             progress=lambda line: self.report(ex.id, f"step {step.id}: {line}"),
+            status=lambda data: self._save_status(claim, ex, step, phase, data),
         )
         box: dict[str, Any] = {}
 
@@ -648,6 +649,19 @@ class Engine:
             if not worker.is_alive():
                 claim.running.pop(id(ctx), None)
         return _outcome(box, ctx, timeout)
+
+    def _save_status(self, claim: Claim, ex: Execution, step: PlannedStep, phase: str,
+                     data: Mapping[str, Any]) -> None:
+        """A running step's structured state (``ActionContext.status``: a fleet drain's node
+        states), kept on its step row for the chat message and ``runbook status``. A write
+        that fails is dropped: the next one, or the step's end, says more."""
+        position = next(i for i, s in enumerate(ex.plan.steps) if s.id == step.id)
+        try:
+            with self._write(claim) as conn:
+                executions.save_step(conn, ex.id, phase, step.id, position,
+                                     result={"status": dict(data)})
+        except Exception:  # a lost claim or a busy database: the watcher acts on it
+            pass
 
     def _watch(self, claim: Claim, ex: Execution, ctx: ActionContext,
                worker: threading.Thread, phase: str, timeout: float) -> None:
@@ -694,10 +708,10 @@ class Engine:
         if error is not None:
             data.update(error=error, will_retry=retry)
         with self._write(claim) as conn:
-            executions.save_step(
-                conn, ex.id, phase, step.id, position, state=state, finished_at=_now(),
-                error=error, result=data if result is not None else None,
-            )
+            # a failed step keeps the node states it published last (ActionContext.status)
+            kept = {"result": data} if result is not None else {}
+            executions.save_step(conn, ex.id, phase, step.id, position, state=state,
+                                 finished_at=_now(), error=error, **kept)
             self._event(conn, kind, data, ex.id)
 
     # --- endings -------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """One inventory of GPU nodes across Slurm and Kubernetes, under the bot's own node names.
 
-It only reads node lists, through the listers it is handed (bot.execution.assembly makes
-them), and never blocks a command on a system that cannot be asked (``build``). A node
-registered in both systems serves the pools its marks say (``serves_kubernetes``/``serves_slurm``).
+It only reads node lists, through the listers it is handed (``discovery_sources`` makes them
+from the built backends), and never blocks a command on a system that cannot be asked
+(``build``). A node registered in both systems serves the pools its marks say
+(``serves_kubernetes``/``serves_slurm``).
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.config import InventoryConfig
 from bot.config_remediation import PoolsConfig
 from bot.runbooks.params import Inventory
+
+if TYPE_CHECKING:
+    from bot.config import Config
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,24 @@ class PoolInventory(Inventory):
         """The pools ``node`` serves now: ``["slurm"]``, ``["kubernetes"]``, both or none."""
         return [pool for pool, members in (("slurm", self.slurm),
                                            ("kubernetes", self.kubernetes)) if node in members]
+
+
+def discovery_sources(config: Config, backends: Mapping[str, Any]) -> InventorySources:
+    """Where the node inventory is discovered: the two pools, when asked to discover."""
+    sources = InventorySources()
+    if not config.inventory.discover:
+        return sources
+    slurm, kubernetes = backends.get("slurm"), backends.get("kubernetes")
+    label = config.pools.label  # which pool a node serves: serves_kubernetes
+    if slurm is not None:
+        sources.slurm = lambda: [
+            Seen(node.name, drain_reason=node.reason if "DRAIN" in node.flags else None)
+            for node in slurm.nodes(None, with_jobs=False)]
+    if kubernetes is not None:
+        selector = config.inventory.kubernetes_selector
+        sources.kubernetes = lambda: [Seen(node.name, pool_label=node.labels.get(label))
+                                      for node in kubernetes.list_nodes(selector)]
+    return sources
 
 
 def build(config: InventoryConfig, sources: InventorySources,

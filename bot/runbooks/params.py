@@ -14,12 +14,14 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.slurm import hostlist
 from bot.config_drivers import below_floor
-from bot.runbooks.model import ParamSpec, Runbook
 from kit.durations import format_duration, parse_duration
+
+if TYPE_CHECKING:  # annotations only: the inventory (runbook node) needs no runbook model
+    from bot.runbooks.model import ParamSpec, Runbook
 
 MAX_VALUE = 4096  # no parameter value is longer; max_length narrows it further
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")

@@ -10,12 +10,14 @@ integer stays an integer on its way to an action.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from functools import lru_cache
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError, Undefined, meta
 from jinja2.sandbox import SandboxedEnvironment
+
+from adapters.slurm import hostlist
 
 # Inventory facts a template may use: the pools (sets of the bot's node names) and each
 # node's name in another system (kubernetes_name[node]).
@@ -32,6 +34,16 @@ class TemplateProblem(Exception):
 
 
 _env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+
+def in_pool(nodes: str, pool: Collection[str], names: Mapping[str, str]) -> str:
+    """``{{ nodes | in_pool(slurm, slurm_name) }}``: the nodes of a hostlist that are in
+    ``pool``, by their names there, as a hostlist ("" when none): a set's steps per system."""
+    found = [names[node] for node in hostlist.expand(str(nodes)) if node in pool]
+    return hostlist.compress(found) if found else ""
+
+
+_env.filters["in_pool"] = in_pool
 
 
 def is_template(text: str) -> bool:

@@ -13,7 +13,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 
-HEAD_REVISION = "0010"
+from bot.store.revision import HEAD_REVISION as HEAD_REVISION  # a new migration moves it
+
 MIGRATIONS = Path(__file__).parent / "migrations"
 _PG_MIGRATE_LOCK = 0x6772_6D67  # advisory lock key: one replica migrates at a time
 READ_ONLY_OPTION = "bot_read_only"

@@ -145,7 +145,8 @@ def _version_and_process_commands(add: _Add) -> None:
 def _node_and_proposal_commands(add: _Add) -> None:
     """Node, proposals, proposal."""
     p = add("node", "one or more nodes as Slurm, Kubernetes and the GPUs see them")
-    p.add_argument("names", nargs="+")
+    p.add_argument("names", nargs="*", help="node names or hostlists (gpu[01-04]); "
+                                            "none: every node the bot knows")
     p.add_argument("--json", action="store_true")
     p = add("proposals", "runbooks proposed by alerts, waiting for a person")
     p.add_argument("--all", action="store_true", help="also dismissed and started ones")
@@ -371,7 +372,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     bot = _bot(args)
     ex = bot.get(args.id)
-    print(status_text(ex, bot.approvals(ex.id)))
+    print(status_text(ex, bot.approvals(ex.id), bot.step_states(ex.id)))
     return EXIT_OK
 
 
@@ -380,7 +381,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     bot = _bot(args)
     ex, events = bot.timeline(args.id)
-    print(status_text(ex, bot.approvals(ex.id)))
+    print(status_text(ex, bot.approvals(ex.id), bot.step_states(ex.id)))
     print()
     print(timeline_text(events))
     return EXIT_OK
@@ -702,17 +703,34 @@ def cmd_node(args: argparse.Namespace) -> int:
     import json
 
     from bot.surfaces import nodeview
+    from bot.surfaces.nodeparts import node_parts
 
-    bot = _bot(args)
-    unknown = [name for name in args.names if name not in bot.inventory.nodes]
+    bot = node_parts(_config(args))  # what the view reads, no more: a quick start
+    for warning in bot.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    names = _node_names(args.names) or sorted(bot.inventory.nodes)
+    unknown = [name for name in names if name not in bot.inventory.nodes]
     if unknown:
         raise UsageError(f"not known node(s): {', '.join(unknown)}")
-    views = nodeview.build(bot, args.names)
+    views = nodeview.build(bot, names)
     if args.json:
         print(json.dumps([view.__dict__ for view in views], indent=2, default=str))
     else:
         print("\n\n".join(nodeview.text(view) for view in views))
     return EXIT_OK
+
+
+def _node_names(given: list[str]) -> list[str]:
+    """The names given, each a name or a hostlist (``gpu[01-04]``), in order, once each."""
+    from adapters.slurm import hostlist
+
+    names: dict[str, None] = {}
+    for item in given:
+        try:
+            names.update(dict.fromkeys(hostlist.expand(item)))
+        except ValueError as exc:
+            raise UsageError(f"{item}: {exc}") from None
+    return list(names)
 
 
 def cmd_proposals(args: argparse.Namespace) -> int:

@@ -2,21 +2,29 @@
 
 The pool it serves now and its MIG layout. Slurm: state, flags, reason, GPUs used, jobs,
 Gres. Kubernetes: cordon, readiness, taints, pods. Per GPU: last XID, temperature, ECC DBE,
-utilisation and driver version, with ONE Prometheus query per metric for all GPUs
-of all the nodes asked about. Then the node's open and recent executions. A
-system that does not answer is shown as such; the rest of the view still comes.
+utilisation and driver version, with ONE Prometheus query for the four metrics of all
+GPUs of all the nodes asked about. Then the node's open and recent executions (one query for all
+nodes). A system that does not answer is shown as such; the rest of the view still comes.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from adapters.actions import ActionError
-from bot.execution import executions
 from bot.runbooks.inventory import serves_kubernetes, serves_slurm
-from bot.service import Service
+from bot.runbooks.params import Inventory
+from bot.store.words import State
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from bot.config import Config
+    from bot.store.recent import SqliteFile
 
 MIG_CONFIG, MIG_STATE = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
 MIG_PROFILE = re.compile(r"\b[1-7]g\.[0-9]+gb\b")
@@ -26,6 +34,25 @@ GPU_METRICS = {
     "ecc_dbe": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
     "util": "DCGM_FI_DEV_GPU_UTIL",
 }
+RECENT = 10  # executions shown per node
+BULK = 8  # more Kubernetes nodes than this: list nodes and pods once for all
+
+
+class NodeSources(Protocol):
+    """What the view reads: a ``bot.service.Service`` or ``bot.surfaces.nodeparts.NodeParts``
+    (``runbook node``, which builds no more than this)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def db(self) -> Engine | SqliteFile: ...
+
+    @property
+    def backends(self) -> dict[str, Any]: ...
+
+    @property
+    def inventory(self) -> Inventory: ...
 
 
 @dataclass
@@ -41,7 +68,7 @@ class NodeView:
     mig: dict[str, str] = field(default_factory=dict)
 
 
-def build(bot: Service, names: list[str]) -> list[NodeView]:
+def build(bot: NodeSources, names: list[str]) -> list[NodeView]:
     views = {name: NodeView(name) for name in names}
     _slurm(bot, views)
     _kubernetes(bot, views)
@@ -52,13 +79,13 @@ def build(bot: Service, names: list[str]) -> list[NodeView]:
     return list(views.values())
 
 
-def _registered(bot: Service, system: str) -> frozenset[str]:
+def _registered(bot: NodeSources, system: str) -> frozenset[str]:
     """The nodes ``system`` knows, whichever pool they serve now (a hand-off node is in both)."""
     inventory = bot.inventory
     return frozenset(getattr(inventory, f"in_{system}", getattr(inventory, system)))
 
 
-def _pools(bot: Service, view: NodeView) -> None:
+def _pools(bot: NodeSources, view: NodeView) -> None:
     """Which pools the node serves, from what Slurm and Kubernetes said just now (the
     inventory's rule: the drain reason, the pool label); the inventory when they did not."""
     found = []
@@ -75,10 +102,10 @@ def _pools(bot: Service, view: NodeView) -> None:
     view.pools = found
 
 
-def _slurm(bot: Service, views: dict[str, NodeView]) -> None:
+def _slurm(bot: NodeSources, views: dict[str, NodeView]) -> None:
     backend = bot.backends.get("slurm")
-    wanted = {bot.inventory.facts()["slurm_name"][n]: n for n in views
-              if n in _registered(bot, "slurm")}
+    names, registered = bot.inventory.facts()["slurm_name"], _registered(bot, "slurm")
+    wanted = {names[n]: n for n in views if n in registered}
     if backend is None or not wanted:
         return
     try:
@@ -94,23 +121,23 @@ def _slurm(bot: Service, views: dict[str, NodeView]) -> None:
             views[name].problems.append(f"Slurm: {exc}")
 
 
-def _kubernetes(bot: Service, views: dict[str, NodeView]) -> None:
+def _kubernetes(bot: NodeSources, views: dict[str, NodeView]) -> None:
     backend = bot.backends.get("kubernetes")
-    wanted = {bot.inventory.facts()["kubernetes_name"][n]: n for n in views
-              if n in _registered(bot, "kubernetes")}
+    names, registered = bot.inventory.facts()["kubernetes_name"], _registered(bot, "kubernetes")
+    wanted = {names[n]: n for n in views if n in registered}
     if backend is None or not wanted:
         return
+    label = bot.config.pools.label
     try:
-        for k8s_name, name in wanted.items():
-            node = backend.get_node(k8s_name)
-            pods = backend.pods_on_node(k8s_name)
+        for k8s_name, node, pods in _k8s_nodes(backend, list(wanted)):
+            name = wanted[k8s_name]
             views[name].kubernetes = {
                 "cordoned": node.unschedulable, "ready": node.ready,
                 "taints": [t.describe() for t in node.taints],
                 "gpus_allocatable": node.gpus_allocatable,
                 "pods": [p.describe() for p in pods],
-                "pool_label": node.labels.get(bot.config.pools.label),
-                "serves_kubernetes": serves_kubernetes(node.labels.get(bot.config.pools.label)),
+                "pool_label": node.labels.get(label),
+                "serves_kubernetes": serves_kubernetes(node.labels.get(label)),
             }
             views[name].mig.update({key: node.labels[label] for key, label in
                                     (("config", MIG_CONFIG), ("state", MIG_STATE))
@@ -120,38 +147,58 @@ def _kubernetes(bot: Service, views: dict[str, NodeView]) -> None:
             views[name].problems.append(f"Kubernetes: {exc}")
 
 
-def _gpus(bot: Service, views: dict[str, NodeView]) -> None:
+def _k8s_nodes(backend: Any, names: list[str]) -> Iterator[tuple[str, Any, list[Any]]]:
+    """Each node and the pods bound to it, node by node: two requests per node for a few
+    nodes; for more, two in all (every node, every pod): a large view stays quick."""
+    if len(names) <= BULK:
+        for name in names:
+            yield name, backend.get_node(name), backend.pods_on_node(name)
+        return
+    listed = {node.name: node for node in backend.list_nodes()}
+    pods: dict[str, list[Any]] = {}
+    for pod in backend.list_pods():
+        if pod.node:
+            pods.setdefault(pod.node, []).append(pod)
+    for name in names:  # one gone since the inventory listed it: get_node says so
+        yield name, listed[name] if name in listed else backend.get_node(name), pods.get(name, [])
+
+
+def _gpus(bot: NodeSources, views: dict[str, NodeView]) -> None:
     backend = bot.backends.get("prometheus")
     if backend is None:
         return
     from adapters.prometheus import escape_label_value
 
-    dcgm = {bot.inventory.facts()["dcgm_name"][n]: n for n in views}
+    names = bot.inventory.facts()["dcgm_name"]
+    dcgm = {names[n]: n for n in views}
     pattern = "|".join(escape_label_value(h) for h in sorted(dcgm))
-    for key, metric in GPU_METRICS.items():
-        try:  # one query per metric for every GPU of every node asked about
-            samples = backend.query(f'{metric}{{Hostname=~"{pattern}"}}')
-        except ActionError as exc:
-            for view in views.values():
-                view.problems.append(f"Prometheus: {exc}")
-            return
-        for sample in samples:
-            name = dcgm.get(sample.labels.get("Hostname", ""))
-            if name is not None:
-                gpu = views[name].gpus.setdefault(sample.labels.get("gpu", "?"), {})
-                gpu[key] = sample.value
-                gpu["driver"] = sample.labels.get("DCGM_FI_DRIVER_VERSION", "?")
+    key_of = {metric: key for key, metric in GPU_METRICS.items()}
+    try:  # ONE query: the four metrics of every GPU of every node asked about
+        samples = backend.query(f'{{__name__=~"{"|".join(key_of)}",Hostname=~"{pattern}"}}')
+    except ActionError as exc:
+        for view in views.values():
+            view.problems.append(f"Prometheus: {exc}")
+        return
+    rank = {metric: i for i, metric in enumerate(key_of)}  # metric by metric, as before
+    for sample in sorted(samples, key=lambda s: rank.get(s.labels.get("__name__", ""), 0)):
+        name = dcgm.get(sample.labels.get("Hostname", ""))
+        key = key_of.get(sample.labels.get("__name__", ""))
+        if name is not None and key is not None:
+            gpu = views[name].gpus.setdefault(sample.labels.get("gpu", "?"), {})
+            gpu[key] = sample.value
+            gpu["driver"] = sample.labels.get("DCGM_FI_DRIVER_VERSION", "?")
 
 
-def _executions(bot: Service, views: dict[str, NodeView]) -> None:
-    """The last ten executions that locked each node (inside a hostlist too)."""
-    with bot.db.connect() as conn:
-        for name, view in views.items():
-            view.executions = [{"id": ex.id, "runbook": ex.runbook, "state": ex.state,
-                                "requested_at": ex.requested_at,
-                                "requested_by": ex.requested_by,
-                                "to": (ex.params or {}).get("to")}  # handoff-node's move
-                               for ex in executions.find(conn, node=name, limit=10)]
+def _executions(bot: NodeSources, views: dict[str, NodeView]) -> None:
+    """The last ten executions that locked each node (inside a hostlist too), newest first:
+    one query for all the nodes (bot.store.recent), the plans not read."""
+    from bot.store import recent
+
+    for row in recent.by_node(bot.db, list(views), RECENT):
+        views[row["node"]].executions.append({
+            "id": row["id"], "runbook": row["runbook"], "state": State(row["state"]),
+            "requested_at": row["requested_at"], "requested_by": row["requested_by"],
+            "to": (json.loads(row["params"]) or {}).get("to")})  # handoff-node's move
 
 
 def text(view: NodeView) -> str:

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bot.execution import locking
-from bot.execution.executions import Execution
+from bot.execution.executions import Execution, StepState
 from bot.execution.planning import Plan, PlannedCheck
 from bot.runbooks.loading import LoadedRunbook
 from bot.runbooks.params import params_text, value_text
 from bot.store.words import UNDER_WAY, Kind
+from bot.surfaces.fleet_text import fleet_line, node_status
 from kit.durations import format_duration
 
 
@@ -89,7 +90,8 @@ def describe_text(loaded: LoadedRunbook, policy: str) -> str:
     return "\n".join(lines)
 
 
-def status_text(ex: Execution, approvers: list[str]) -> str:
+def status_text(ex: Execution, approvers: list[str],
+                states: Mapping[tuple[str, str], StepState] | None = None) -> str:
     lines = [
         f"execution {ex.id}: {ex.runbook} {ex.version} — {ex.state.upper()}",
         "parameters: " + params_text(ex.params),
@@ -103,10 +105,23 @@ def status_text(ex: Execution, approvers: list[str]) -> str:
         lines.append(f"stage: {ex.stage}")
     if ex.error:
         lines.append(f"{'reason' if ex.terminal else 'note'}: {ex.error}")
+    for step_id, status in _node_states(states or {}):
+        lines.append(f"{step_id}: {fleet_line(status)}")
     if ex.finished_at:
         lines.append(f"finished at {ex.finished_at}")
     lines.append(f"runbook content sha256 {ex.content_hash}; plan hash {ex.plan_hash}")
     return "\n".join(lines)
+
+
+def _node_states(states: Mapping[tuple[str, str], StepState]
+                 ) -> list[tuple[str, Mapping[str, Any]]]:
+    """The steps over many nodes that published their node states (fleet_text)."""
+    found = []
+    for (phase, step_id), state in sorted(states.items(), key=lambda i: i[1].position):
+        status = node_status(state.result) if phase == "do" else None
+        if status is not None:
+            found.append((step_id, status))
+    return found
 
 
 def timeline_text(events: Iterable[dict[str, Any]]) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from adapters.actions import ActionError
 from adapters.kubernetes.backend import KubernetesBackend
+from adapters.slurm import hostlist
 from adapters.slurm.backend import SlurmBackend
 from bot.config import PoolFloors
 from bot.config_remediation import PoolsConfig
@@ -25,7 +26,9 @@ from bot.runbooks.params import Inventory
 
 
 class CapacityEvaluator:
-    """Evaluates ``capacity: {pool_of: "{{ node }}", min_free_gpus_after: 16}``, optionally
+    """Evaluates ``capacity: {pool_of: "{{ node }}", min_free_gpus_after: 16}`` (``pool_of``
+    may be a hostlist: every pool the set touches must keep its floor once all the set's
+    nodes in it are out, their free GPUs summed), optionally
     with ``pool: slurm|kubernetes`` (only that pool, whichever the inventory says the node
     serves: handoff-node names the pool that gives the node away).
 
@@ -61,6 +64,10 @@ class CapacityEvaluator:
         spec: dict[str, Any] = dict(check.spec["capacity"])
         node = str(spec.get("pool_of", ""))
         try:
+            members = hostlist.expand(node) if node else []
+        except ValueError as exc:
+            return Outcome(False, None, f"pool_of: {exc}")
+        try:
             floor = int(spec.get("min_free_gpus_after", 0))
         except (TypeError, ValueError):
             return Outcome(False, None, "min_free_gpus_after must be a whole number")
@@ -68,58 +75,61 @@ class CapacityEvaluator:
         if wanted not in ("", "slurm", "kubernetes"):
             return Outcome(False, None, f"pool must be slurm or kubernetes, not {wanted!r}")
         try:
-            pools = self._pools(node, wanted, check, deadline)
+            pools = self._pools(members, wanted, check, deadline)
         except ActionError as exc:
             return Outcome(False, None, f"cannot count free GPUs: {exc}")
         if not pools:
             where = (f"the {wanted} pool: {wanted} is not configured" if wanted
                      else "no pool the bot can count GPUs of")
             return Outcome(False, None, f"{node} is in {where}")
-        lowest = min(after for _, _, after in pools)
+        lowest = min(after for _, _, after, _ in pools)
         details, passed, below_site = [], True, False
-        for name, now, after in pools:
+        for name, now, after, out in pools:
             site = self._site[name]
             pool_floor = max(floor, site)
             passed = passed and after >= pool_floor
             below_site = below_site or after < site
             whose = (f", the site floor (guards.min_free_gpus.{name.lower()}); the runbook "
                      f"asks for {floor}" if site > floor else "")
-            details.append(f"{name} pool: {now} free GPUs now, {after} after taking {node} "
+            details.append(f"{name} pool: {now} free GPUs now, {after} after taking {out} "
                            f"out (floor {pool_floor}{whose})")
         return Outcome(passed, lowest, "; ".join(details),
                        {"pools": {name: {"now": now, "after": after, "site_floor": self._site[name]}
-                                  for name, now, after in pools}, "floor": floor,
+                                  for name, now, after, _ in pools}, "floor": floor,
                         "below_site_floor": below_site})
 
-    def _pools(self, node: str, wanted: str, check: PlannedCheck,
-               deadline: float) -> list[tuple[str, int, int]]:
-        """(pool, free now, free after) for the pools ``node`` serves, or for ``wanted``
-        alone (handoff-node names the pool that gives the node)."""
+    def _pools(self, nodes: list[str], wanted: str, check: PlannedCheck,
+               deadline: float) -> list[tuple[str, int, int, str]]:
+        """(pool, free now, free after, the nodes taken out) for each pool ``nodes``
+        serve, or for ``wanted`` alone (handoff-node names the pool that gives the node)."""
         pools = []
         inventory = self._inventory_of()
         names = inventory.names
-        in_slurm = node in inventory.slurm if not wanted else wanted == "slurm"
-        in_k8s = node in inventory.kubernetes if not wanted else wanted == "kubernetes"
+        in_slurm = [n for n in nodes if (n in inventory.slurm if not wanted else
+                                         wanted == "slurm")]
+        in_k8s = [n for n in nodes if (n in inventory.kubernetes if not wanted else
+                                       wanted == "kubernetes")]
         if in_slurm and self._slurm is not None:
-            pools.append(("Slurm", *self._slurm_free(names.get("slurm", {}).get(node, node))))
+            mapped = [names.get("slurm", {}).get(n, n) for n in in_slurm]
+            pools.append(("Slurm", *self._slurm_free(mapped), _shown(in_slurm)))
         if in_k8s and self._kubernetes is not None:
             # an API server that does not answer fails the check within its timeout
             until = min(deadline, time.monotonic() + check.timeout_seconds)
+            mapped = [names.get("kubernetes", {}).get(n, n) for n in in_k8s]
             with _within(self._kubernetes, until):
-                pools.append(("Kubernetes", *self._k8s_free(names.get("kubernetes", {})
-                                                            .get(node, node))))
+                pools.append(("Kubernetes", *self._k8s_free(mapped), _shown(in_k8s)))
         return pools
 
-    def _slurm_free(self, node: str) -> tuple[int, int]:
+    def _slurm_free(self, out: list[str]) -> tuple[int, int]:
         assert self._slurm is not None
         free: dict[str, int] = {}
         for info in self._slurm.nodes(None, with_jobs=False):
             if info.responding and "DRAIN" not in info.flags and info.state != "down":
                 free[info.name] = max(0, info.gpus_total - info.gpus_used)
         now = sum(free.values())
-        return now, now - free.get(node, 0)
+        return now, now - sum(free.get(name, 0) for name in set(out))
 
-    def _k8s_free(self, node: str) -> tuple[int, int]:
+    def _k8s_free(self, out: list[str]) -> tuple[int, int]:
         assert self._kubernetes is not None
         requested: dict[str, int] = defaultdict(int)
         for pod in self._kubernetes.list_pods():
@@ -129,7 +139,12 @@ class CapacityEvaluator:
                 for n in self._kubernetes.list_nodes(self._selector)
                 if n.ready and not n.unschedulable and serves_kubernetes(n.labels.get(self._label))}
         now = sum(free.values())
-        return now, now - free.get(node, 0)
+        return now, now - sum(free.get(name, 0) for name in set(out))
+
+
+def _shown(nodes: list[str]) -> str:
+    """One node by its name, a set as a hostlist with its size."""
+    return nodes[0] if len(nodes) == 1 else f"{hostlist.compress(nodes)} ({len(nodes)} nodes)"
 
 
 def _within(backend: Any, until: float) -> AbstractContextManager[None]:

@@ -177,12 +177,13 @@ def _cancel(bot: Service, args: list[str], user: str) -> Reply:
 
 def _status(bot: Service, args: list[str], user: str) -> Reply:
     ex = bot.get(_one_id(args, "status ID"))
-    return Reply(rendering.status_text(ex, bot.approvals(ex.id)), execution_id=ex.id)
+    return Reply(rendering.status_text(ex, bot.approvals(ex.id), bot.step_states(ex.id)),
+                 execution_id=ex.id)
 
 
 def _show(bot: Service, args: list[str], user: str) -> Reply:
     ex, events = bot.timeline(_one_id(args, "show ID"))
-    return Reply(rendering.status_text(ex, bot.approvals(ex.id)) + "\n\n"
+    return Reply(rendering.status_text(ex, bot.approvals(ex.id), bot.step_states(ex.id)) + "\n\n"
                  + rendering.timeline_text(events), execution_id=ex.id)
 
 

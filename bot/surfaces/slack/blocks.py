@@ -12,6 +12,7 @@ from bot.execution.executions import Execution, StepState
 from bot.execution.planning import Plan, PlannedCheck
 from bot.runbooks.params import params_text
 from bot.store.words import State
+from bot.surfaces.fleet_text import fleet_line, node_status
 from kit.durations import format_duration
 
 # Block Kit limits: 3000 characters per section text, 50 blocks per message.
@@ -130,6 +131,9 @@ def step_lines(ex: Execution, states: dict[tuple[str, str], StepState]) -> list[
             state = "undone" if undo.state == "succeeded" else (
                 "undo_failed" if undo.state == "failed" else state)
         lines.append(f"{STEP_MARK.get(state, '•')} {step.id} — {state.replace('_', ' ')}")
+        status = node_status(do.result) if do is not None and undo is None else None
+        if status is not None:  # a step over many nodes: its node states, in this message
+            lines.append(f"      {fleet_line(status)}")
     return lines
 
 

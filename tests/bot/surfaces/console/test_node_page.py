@@ -86,7 +86,8 @@ def test_the_node_now_beside_its_executions(bot: Service) -> None:
     slurm = FakeSlurm(NODES)
     slurm.update_nodes(["gpu04"], "DRAIN", "XID 79 on GPU 3")
     kubernetes = FakeKubernetes(["gpu04"])
-    samples = [Sample({"Hostname": "gpu04", "gpu": "3", "DCGM_FI_DRIVER_VERSION": "550.54"}, 79.0)]
+    samples = [Sample({"__name__": "DCGM_FI_DEV_XID_ERRORS", "Hostname": "gpu04", "gpu": "3",
+                       "DCGM_FI_DRIVER_VERSION": "550.54"}, 79.0)]
     bot.backends = {"slurm": slurm, "kubernetes": kubernetes,
                     "prometheus": FakePrometheus(samples)}
     doc = page(bot, "/ui/nodes/gpu04")
