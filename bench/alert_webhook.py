@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+from benchkit import cleanup_on_signals, finish  # bench/, next to this file
 
 from bot.config import Config
 from bot.runtime.httpserver import HttpServer, Settings
@@ -48,6 +49,7 @@ def post_all(port: int, token: str, nodes: list[str]) -> list[float]:
 
 
 def main(count: int = 200) -> None:
+    cleanup_on_signals()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "runbooks"
         folder.mkdir()
@@ -76,7 +78,7 @@ def main(count: int = 200) -> None:
     print(f"webhook to proposal over {count} alerts: median {result['median_ms']} ms, "
           f"p99 {result['p99_ms']} ms (goal < 200 ms: "
           f"{'met' if result['goal_met'] else 'NOT met'})")
-    print(json.dumps(result))
+    finish("alert_webhook", result)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ Prints human-readable lines and, last, one JSON line. It never asserts a time.
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 import statistics
 import sys
@@ -27,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchkit import cleanup_on_signals, finish  # bench/, next to this file
 
 from bot.store import audit, db
 from bot.store.words import Kind
@@ -113,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", metavar="FILE",
                         help="write a cProfile of one verify run to FILE (pstats format)")
     args = parser.parse_args(argv)
+    cleanup_on_signals()
     result: dict[str, Any] = {"benchmark": "audit_throughput", "python": sys.version.split()[0],
                               "sqlite": sqlite3.sqlite_version}
 
@@ -204,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tamper: deleted event {gone}: "
               f"{'DETECTED' if delete_found else 'NOT DETECTED'} - {deleted.problem!r}")
 
-    print(json.dumps(result, sort_keys=True))
+    finish("audit_throughput", result)
     return 0
 
 

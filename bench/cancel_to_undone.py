@@ -7,14 +7,15 @@ typing ``scontrol update NodeName=N State=RESUME`` on a drained node to Slurm sh
 out of DRAIN. The bot's figure includes noticing the cancel, stopping the waiting
 step, recording it, and running the undo (that same scontrol).
 
-Needs a running lab: `deploy/lab/lab up && eval "$(deploy/lab/lab env)"`.
+Needs a running lab: `deploy/lab/lab up && eval "$(deploy/lab/lab env)"`. Starts from a clean
+lab (`lab reset`, else its own leftovers: the job named grb-bench-cancel-hold, gpu02 drained)
+and leaves it so, also on failure, Ctrl-C or SIGTERM (a running execution is cancelled).
 Goal: at most 5 s. It never asserts a time.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -24,6 +25,9 @@ import threading
 import time
 from pathlib import Path
 
+from benchkit import cleanup_on_signals, finish  # bench/, next to this file
+from labclean import clean, reset_lab
+
 from bot.config import EngineConfig, load_config
 from bot.execution.engine import Engine
 from bot.service import Service
@@ -31,6 +35,8 @@ from bot.store import audit
 
 GOAL_SECONDS = 5.0
 NODE = "gpu02"
+JOB = "grb-bench-cancel-hold"  # found by name when a run failed or was stopped
+LIVE: list[tuple[Service, int]] = []  # the execution being measured, cancelled on failure
 
 
 def slurm(*argv: str) -> str:
@@ -52,17 +58,18 @@ def wait(condition: object, seconds: float = 60) -> None:
 
 def start_job() -> str:
     job = slurm("sbatch", "--parsable", "-o", "/dev/null", "-w", NODE, "-N1", "-J",
-                "long-training", "--wrap", "sleep 600").strip()
+                JOB, "--wrap", "sleep 600").strip()
     wait(lambda: "RUNNING" in slurm("squeue", "-h", "-j", job, "-o", "%T"))
     return job
 
 
 def one_cancel(bot: Service) -> tuple[float, float]:
     execution_id = bot.request("drain-node", {"node": NODE, "reason": "bench"}, "alice")
+    LIVE[:] = [(bot, execution_id)]
     if bot.get(execution_id).state == "awaiting_approval":
         bot.approve(execution_id, "carol")
     engine = Engine(bot)
-    worker = threading.Thread(target=engine.drive, args=(execution_id,))
+    worker = threading.Thread(target=engine.drive, args=(execution_id,), daemon=True)
     worker.start()
 
     def waiting() -> bool:
@@ -79,6 +86,7 @@ def one_cancel(bot: Service) -> tuple[float, float]:
     worker.join(60)
     ended = time.perf_counter() - asked
     engine.close()
+    LIVE.clear()
     state = bot.get(execution_id).state
     if state != "cancelled":
         raise SystemExit(f"execution {execution_id} ended {state}, not cancelled")
@@ -94,27 +102,42 @@ def baseline() -> float:
     return time.perf_counter() - asked
 
 
+def stop_live() -> None:
+    """Cancel the execution a failed run left (its undo resumes the node) and wait for it."""
+    for bot, execution_id in LIVE:
+        if not bot.get(execution_id).terminal:
+            bot.cancel(execution_id, "alice")
+            wait(lambda: bot.get(execution_id).terminal, 60)  # noqa: B023 - one at a time
+    LIVE.clear()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     if not os.environ.get("RUNBOOK_CONFIG"):
         sys.exit("needs the lab: deploy/lab/lab up && eval \"$(deploy/lab/lab env)\"")
+    cleanup_on_signals()
+    env = dict(os.environ)
+    if not reset_lab(env):
+        clean(env, JOB, [NODE])
     with tempfile.TemporaryDirectory(prefix="bench-cancel-") as folder:
         config = load_config().model_copy(update={
             "database_url": f"sqlite:///{Path(folder) / 'bot.db'}",
             "engine": EngineConfig(lease_seconds=10, poll_seconds=0.1),
         })
         bot = Service.from_config(config)
-        job = start_job()
         try:
+            job = start_job()
             floor = [baseline() for _ in range(args.runs)]
             runs = [one_cancel(bot) for _ in range(args.runs)]
             still = "RUNNING" in slurm("squeue", "-h", "-j", job, "-o", "%T")
         finally:
-            slurm("scancel", job)
-            slurm("scontrol", "update", f"NodeName={NODE}", "State=RESUME")
-        bot.db.dispose()
+            try:
+                stop_live()
+            finally:
+                clean(env, JOB, [NODE])
+                bot.db.dispose()
     back = statistics.median(r[0] for r in runs)
     ended = statistics.median(r[1] for r in runs)
     base = statistics.median(floor)
@@ -125,9 +148,10 @@ def main() -> None:
           f"the bot takes {back / base:.1f}x the floor")
     print(f"the job was {'still running' if still else 'NOT running'} after every cancel")
     print(f"goal <= {GOAL_SECONDS:g}s: {'met' if back <= GOAL_SECONDS else 'NOT met'}")
-    print(json.dumps({"cancel_to_undone_s": round(back, 3), "cancel_to_ended_s": round(ended, 3),
-                      "baseline_resume_s": round(base, 3), "ratio": round(back / base, 2),
-                      "job_untouched": still, "goal_met": back <= GOAL_SECONDS}))
+    finish("cancel_to_undone", {
+        "cancel_to_undone_s": round(back, 3), "cancel_to_ended_s": round(ended, 3),
+        "baseline_resume_s": round(base, 3), "ratio": round(back / base, 2),
+        "job_untouched": still, "goal_met": back <= GOAL_SECONDS})
 
 
 if __name__ == "__main__":

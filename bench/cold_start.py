@@ -12,7 +12,15 @@ imports, by running ``bot.surfaces.cli._parser().parse_args(["--help"])`` in a c
 reading ``sys.modules`` at exit, and shows the largest cumulative imports from
 ``python -X importtime``. Goal: < 300 ms, and no heavy module imported.
 
-Run: .venv/bin/python bench/cold_start.py [--runs 20]
+Then, against the lab (RUNBOOK_CONFIG from ``eval "$(deploy/lab/lab env)"``; skipped, saying
+so, without it): ``runbook node NAME`` cold, interleaved with the floor measured in the same
+run (``scontrol show node NAME`` and one Prometheus query, the systems' own answer time), and
+which of sqlalchemy, alembic, jinja2, kubernetes, requests it imports, and the same command
+reading Kubernetes and Prometheus with the official client and requests (as before
+adapters.kubernetes.quickread and adapters.prometheus.quick), with the CPU time (user+sys)
+of each. Goal: median <= 300 ms.
+
+Run: .venv/bin/python bench/cold_start.py [--runs 20] [--node NAME]
 
 Prints human-readable lines and, last, one JSON line. It never asserts a time.
 """
@@ -31,6 +39,8 @@ from typing import Any
 
 GOAL_MS = 300.0
 HEAVY = ("sqlalchemy", "pydantic", "jinja2", "yaml", "alembic")
+NOT_FOR_NODE = ("sqlalchemy", "alembic", "jinja2", "kubernetes", "requests",
+                "prometheus_api_client")  # `runbook node` needs none of them
 ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = r"""
@@ -62,6 +72,8 @@ def pct(values: list[float], q: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--node", help="the node for `runbook node` (default: the first of "
+                                       "the configuration's inventory.nodes)")
     args = parser.parse_args(argv)
 
     python = sys.executable
@@ -126,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     goal_met = all(f["median_ms"] < GOAL_MS for n, f in figures.items() if n != "python -c pass")
     print(f"goal: --help < {GOAL_MS:g} ms: {'met' if goal_met else 'MISSED'}; "
           f"no heavy module imported: {'met' if not heavy else 'MISSED'}")
+    node = node_cold_start(script if script.exists() else None, env, args.runs, args.node)
     result = {
+        "node_command": node,
         "benchmark": "cold_start",
         "runs": args.runs,
         "python": sys.version.split()[0],
@@ -140,6 +154,108 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(result, sort_keys=True))
     return 0
+
+
+NODE_PROBE = r"""
+import atexit, json, sys
+atexit.register(lambda: sys.__stderr__.write(
+    "\nMODULES " + json.dumps(sorted({m.split(".")[0] for m in sys.modules})) + "\n"))
+from bot.surfaces.cli import main
+sys.exit(main(["node", sys.argv[1]]))
+"""
+
+# `runbook node NAME` as before adapters.kubernetes.quickread and adapters.prometheus.quick:
+# the official Kubernetes client and requests (prometheus-api-client) read
+OFFICIAL_CLIENT = r"""
+import sys
+from bot.surfaces import nodeparts
+nodeparts.VIEW_BACKENDS["kubernetes"] = ("adapters.kubernetes.client", "make_backend")
+nodeparts.VIEW_BACKENDS["prometheus"] = ("adapters.prometheus.backend", "PrometheusApiBackend")
+from bot.surfaces.cli import main
+sys.exit(main(["node", sys.argv[1]]))
+"""
+
+
+def node_cold_start(script: Path | None, env: dict[str, str], runs: int,
+                    node: str | None) -> dict[str, Any] | None:
+    """``runbook node NAME`` from a cold start against the lab, beside its floor."""
+    config = os.environ.get("RUNBOOK_CONFIG")
+    if not config or not os.environ.get("RUNBOOK_LAB_DIR") or script is None:
+        print("runbook node NAME: skipped: needs the lab (deploy/lab/lab up && "
+              'eval "$(deploy/lab/lab env)": RUNBOOK_CONFIG and RUNBOOK_LAB_DIR) and the '
+              "installed runbook script")
+        return None
+    name = node or _first_node(Path(config))
+    prometheus = os.environ.get("PROMETHEUS_URL")
+    command, base, floor, cpu, official, official_cpu = [], [], [], [], [], []
+    official_argv = [sys.executable, "-c", OFFICIAL_CLIENT, name]
+    timed([str(script), "node", name], env)  # warm-up
+    timed(official_argv, env)
+    for _ in range(runs):
+        base.append(timed([sys.executable, "-c", "pass"], env))
+        before = _children_cpu()
+        command.append(timed([str(script), "node", name], env))
+        cpu.append(_children_cpu() - before)  # steadier than wall time on a busy machine
+        before = _children_cpu()
+        official.append(timed(official_argv, env))
+        official_cpu.append(_children_cpu() - before)
+        floor.append(_floor(name, prometheus, env))
+    probe = subprocess.run([sys.executable, "-c", NODE_PROBE, name], capture_output=True,
+                           text=True, env=env, cwd=ROOT, check=False)
+    line = next((ln for ln in probe.stderr.splitlines() if ln.startswith("MODULES ")), "")
+    loaded = json.loads(line[len("MODULES "):]) if line else []
+    heavy = [m for m in NOT_FOR_NODE if m in loaded]
+    median, interpreter = statistics.median(command), statistics.median(base)
+    figures = {"node": name, "median_ms": median, "p90_ms": pct(command, 90),
+               "min_ms": min(command), "interpreter_ms": interpreter,
+               "cpu_median_ms": statistics.median(cpu),
+               "floor_median_ms": statistics.median(floor), "heavy_imported": heavy,
+               "official_client_median_ms": statistics.median(official),
+               "official_client_cpu_median_ms": statistics.median(official_cpu),
+               "goal_ms": GOAL_MS, "goal_met": median <= GOAL_MS}
+    print(f"`runbook node {name}` cold, {runs} runs: median {median:.1f}  p90 "
+          f"{figures['p90_ms']:.1f}  min {min(command):.1f} ms (interpreter alone "
+          f"{interpreter:.1f}; CPU {figures['cpu_median_ms']:.1f}); floor (scontrol show "
+          "node + one Prometheus query"
+          f"{'' if prometheus else ': no PROMETHEUS_URL, scontrol only'}) "
+          f"{figures['floor_median_ms']:.1f} ms")
+    print(f"  before (the official Kubernetes client and requests): median "
+          f"{figures['official_client_median_ms']:.1f} ms, CPU "
+          f"{figures['official_client_cpu_median_ms']:.1f}")
+    print(f"goal: runbook node <= {GOAL_MS:g} ms: {'met' if figures['goal_met'] else 'MISSED'}"
+          f"; imports {', '.join(heavy) if heavy else 'none'} of {', '.join(NOT_FOR_NODE)}")
+    return figures
+
+
+def _children_cpu() -> float:
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (used.ru_utime + used.ru_stime) * 1000
+
+
+def _first_node(config: Path) -> str:
+    import yaml  # the benchmark's own process: its start is not measured
+
+    nodes = ((yaml.safe_load(config.read_text()) or {}).get("inventory") or {}).get("nodes")
+    if not nodes:
+        raise SystemExit(f"{config} lists no inventory.nodes: name one with --node")
+    return str(nodes[0])
+
+
+def _floor(name: str, prometheus: str | None, env: dict[str, str]) -> float:
+    """What the systems take to answer: Slurm's own client, and one query over HTTP."""
+    import urllib.parse
+    import urllib.request
+
+    t0 = time.perf_counter()
+    subprocess.run(["scontrol", "show", "node", name], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, env=env, check=False)
+    if prometheus:
+        query = urllib.parse.urlencode({"query": f'DCGM_FI_DEV_GPU_TEMP{{Hostname="{name}"}}'})
+        with urllib.request.urlopen(f"{prometheus}/api/v1/query?{query}", timeout=10) as got:
+            got.read()
+    return (time.perf_counter() - t0) * 1000
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import os
 import secrets
 import statistics
@@ -42,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 import yaml  # noqa: E402
+from benchkit import cleanup_on_signals, finish  # noqa: E402  # bench/, next to this file
 from console_seed import Seeded, seed  # noqa: E402  (bench/, next to this file)
 
 from bot.config import Config  # noqa: E402
@@ -362,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export-events", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args(argv)
+    cleanup_on_signals()
     server = None
     url = os.environ.get("RUNBOOK_BENCH_PG_URL")
     if not url:
@@ -390,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
 
         shutil.rmtree(folder, ignore_errors=True)
     report(found, export, seeded)
-    print(json.dumps({"pages": found, "export": export, "seed_seconds": seeded.seconds}))
+    finish("console", {"pages": found, "export": export, "seed_seconds": seeded.seconds})
     return 0
 
 

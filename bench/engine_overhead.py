@@ -18,7 +18,6 @@ step. It never asserts a time.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -26,6 +25,8 @@ import time
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, ClassVar
+
+from benchkit import cleanup_on_signals, finish  # bench/, next to this file
 
 from adapters.actions import ActionContext, ActionResult, StrictArguments
 from bot.config import Config
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", metavar="FILE",
                         help="write a cProfile of the driving to FILE (pstats format)")
     args = parser.parse_args(argv)
+    cleanup_on_signals()
 
     with tempfile.TemporaryDirectory(prefix="bench-engine-") as tmp:
         folder = Path(tmp)
@@ -187,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         "goal_met": overhead["median_ms"] < GOAL_MS,
         "python": sys.version.split()[0],
     }
-    print(json.dumps(result, sort_keys=True))
+    finish("engine_overhead", result)
     return 0
 
 

@@ -23,6 +23,10 @@ Needs a running lab (`deploy/lab/lab up && eval "$(deploy/lab/lab env)"`) and Po
 server binaries (as the tests: `RUNBOOK_TEST_PG_URL`, else a throw-away server from
 Debian's packages).
 
+It starts from a clean lab (`lab reset`, else its own leftovers: jobs named
+grb-bench-failover-hold, gpu03 drained) and leaves it so, also on failure, Ctrl-C or SIGTERM:
+the holding jobs are cancelled by name, the node resumed, the replicas and PostgreSQL stopped.
+
 Run: .venv/bin/python bench/failover.py [--runs 5] [--lease-seconds 3] [--retry-seconds 0.5]
 
 Prints readable lines and, last, one JSON line. It never asserts a time.
@@ -35,12 +39,16 @@ import json
 import os
 import secrets
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchkit import cleanup_on_signals, finish  # noqa: E402  (bench/, next to this file)
+from labclean import clean, reset_lab  # noqa: E402
 
 from tests import postgres  # noqa: E402
 from tests.lab.fixture import client_env  # noqa: E402
@@ -49,9 +57,24 @@ from tests.runbooks.test_failover import (  # noqa: E402
     Failover,
     HaCluster,
     failover_once,
-    hold_node,
     put_node_back,
+    wait_until,
 )
+
+JOB = "grb-bench-failover-hold"  # found by name when a run failed or was stopped
+
+
+def hold_node(env: dict[str, str], node: str, release: Path) -> str:
+    """A Slurm job named JOB on ``node`` that runs until ``release`` exists; its id."""
+    done = subprocess.run(
+        ["sbatch", "--parsable", "-o", "/dev/null", "-w", node, "-N1", "-J", JOB,
+         "--wrap", f"while [ ! -e {release} ]; do sleep 0.2; done"],
+        env=env, capture_output=True, text=True, timeout=30, check=True)
+    job = done.stdout.strip().split(";")[0]
+    wait_until(lambda: "RUNNING" in subprocess.run(
+        ["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True, text=True,
+        timeout=30).stdout, f"job {job} to run", 30, every=0.1)
+    return job
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -73,12 +96,15 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit('needs the lab: deploy/lab/lab up && eval "$(deploy/lab/lab env)"')
     info = json.loads((Path(lab_dir) / "lab.json").read_text())
     env = client_env(info)
+    cleanup_on_signals()
     try:
         server = postgres.start()
     except postgres.PostgresMissing as exc:
         sys.exit(f"{exc} (or `make deps`; or set RUNBOOK_TEST_PG_URL)")
     runs: list[Failover] = []
     try:
+        if not reset_lab(env):
+            clean(env, JOB, [NODE])
         url = postgres.fresh_database(server.url, f"bench_{secrets.token_hex(6)}")
         with tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
             cluster = HaCluster(env, Path(lab_dir), url, Path(tmp),
@@ -112,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 cluster.stop()
     finally:
         server.stop()
+        clean(env, JOB, [NODE])  # a job left by a failed run would hold gpu03 for good
     figures = {
         "runs": len(runs),
         "engine_lease_seconds": args.lease_seconds,
@@ -132,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{figures['resumed_after_lease_ran_out']['median_s']}s after the dead engine's lease "
           f"ran out; goal (every run resumed within lease + 1 s): "
           f"{'met' if figures['goal_met'] else 'NOT met'}")
-    print(json.dumps(figures))
+    finish("failover", figures)
     return 0
 
 

@@ -13,7 +13,6 @@ Needs a running lab: `deploy/lab/lab up && eval "$(deploy/lab/lab env)"`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml
+from benchkit import cleanup_on_signals, finish  # bench/, next to this file
 
 from bot.config import load_config, shipped_runbooks
 from bot.service import Service
@@ -100,6 +100,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--running", type=int, default=4, help="executions running meanwhile")
     args = parser.parse_args()
+    cleanup_on_signals()
     if not os.environ.get("SLACK_SIGNING_SECRET") or not os.environ.get("RUNBOOK_CONFIG"):
         sys.exit("needs the lab: deploy/lab/lab up && eval \"$(deploy/lab/lab env)\"")
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,8 +151,8 @@ def main() -> None:
         goal = all(r["p99_ms"] < 100 for r in results.values())
         print(f"executions running meanwhile: {running}; goal p99 < 100 ms: "
               f"{'met' if goal else 'NOT met'}")
-        print(json.dumps({"bench": "slack_ack", "running": running,
-                          "one": results[1], "twenty": results[20], "goal_met": goal}))
+        finish("slack_ack", {"bench": "slack_ack", "running": running,
+                             "one": results[1], "twenty": results[20], "goal_met": goal})
 
 
 if __name__ == "__main__":

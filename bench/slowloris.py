@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import multiprocessing
 import os
 import selectors
@@ -39,6 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml
+from benchkit import finish  # bench/, next to this file
 
 from bot.config import shipped_runbooks
 from tests.bot.surfaces.slack.slackhelp import FakeSlack, SlackClientSide, free_port
@@ -301,9 +301,9 @@ def report(args: argparse.Namespace, deadline: float, results: dict[str, dict[st
           f"{slow['connected']} slow connections open")
     goal = all(results["slowloris"][k]["p99_ms"] < GOAL_MS for k in ("healthz", "command"))
     print(f"goal p99 < {GOAL_MS:g} ms under slowloris: {'met' if goal else 'NOT met'}")
-    print(json.dumps({"bench": "slowloris", "slow_clients": args.slow,
-                      "header_timeout_s": deadline, "requests": args.requests, **results,
-                      "slow": slow, "goal_met": goal}))
+    finish("slowloris", {"bench": "slowloris", "slow_clients": args.slow,
+                         "header_timeout_s": deadline, "requests": args.requests, **results,
+                         "slow": slow, "goal_met": goal})
 
 
 def main() -> None:

@@ -113,6 +113,8 @@ def max_in_a_second(times: list[float]) -> int:
 def context(clock: Clock, execution_id: int = 7, seconds: float = 3600,
             statuses: list[Any] | None = None, lines: list[str] | None = None) -> ActionContext:
     return ActionContext(execution_id=execution_id, step_id="k8s-drain",
-                         deadline=clock.now + seconds,
+                         # ActionContext reads the real time.monotonic(): a deadline on
+                         # the fake clock would pass once the machine is up ~1 h
+                         deadline=time.monotonic() + seconds,
                          progress=(lines.append if lines is not None else lambda line: None),
                          status=(statuses.append if statuses is not None else lambda d: None))

@@ -79,9 +79,10 @@ def submit_and_wait(lab: Lab) -> list[str]:
     while True:
         # asked as the report asks (a time window, not job IDs): on a lab just started, a
         # window query lists finished jobs a moment after a query by ID does
-        listed = dict(line.split("|") for line in lab.run(
+        # one job per line; a state may hold spaces ("CANCELLED by 0", from other tests)
+        listed = dict(line.split("|", 1) for line in lab.run(
             "sacct", "-n", "-X", "-P", "--allusers", "-o", "jobid,state",
-            "-S", "now-1days", "-E", "now").stdout.split())
+            "-S", "now-1days", "-E", "now").stdout.splitlines() if "|" in line)
         states = [listed.get(job, "") for job in jobs]
         if all(s == "COMPLETED" for s in states):
             return jobs
