@@ -13,7 +13,6 @@ import shlex
 import signal
 import subprocess
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -168,21 +167,7 @@ class CliBackend:
         else:
             data = self._json(["sinfo", "--json"])
         found = parsing.parse_nodes(data)
-        if names is not None:
-            wanted = set(names)
-            found = [node for node in found if node.name in wanted]
-        jobs_by_node: dict[str, list[int]] = {}
-        for job in self._all_jobs() if with_jobs else []:
-            if job.active:
-                for node in job.nodes:
-                    jobs_by_node.setdefault(node, []).append(job.id)
-        result = [
-            replace(node, jobs=sorted(jobs_by_node.get(node.name, []))) for node in found
-        ]
-        if names is not None:
-            order = {name: index for index, name in enumerate(names)}
-            result.sort(key=lambda node: order[node.name])
-        return result
+        return parsing.with_jobs(found, names, self._all_jobs() if with_jobs else [])
 
     def _node_states(self, names: list[str]) -> list[NodeInfo]:
         """The quick read: ``scontrol show node -o HOSTLIST`` text, filtered by slurmctld.

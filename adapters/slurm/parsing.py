@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -288,3 +289,21 @@ def parse_node_text(output: str) -> list[NodeInfo]:
         })
         nodes.append(node)
     return nodes
+
+
+def with_jobs(found: list[NodeInfo], names: list[str] | None, jobs: list[Job]) -> list[NodeInfo]:
+    """``found`` cut to ``names`` (all when None) in their order, each with the IDs of the
+    active jobs in ``jobs`` that run on it (what every backend's ``nodes`` returns)."""
+    if names is not None:
+        wanted = set(names)
+        found = [node for node in found if node.name in wanted]
+    jobs_by_node: dict[str, list[int]] = {}
+    for job in jobs:
+        if job.active:
+            for node in job.nodes:
+                jobs_by_node.setdefault(node, []).append(job.id)
+    result = [replace(node, jobs=sorted(jobs_by_node.get(node.name, []))) for node in found]
+    if names is not None:
+        order = {name: index for index, name in enumerate(names)}
+        result.sort(key=lambda node: order[node.name])
+    return result

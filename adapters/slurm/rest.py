@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -101,19 +101,7 @@ class RestBackend:
 
     def nodes(self, names: list[str] | None = None, *, with_jobs: bool = True) -> list[NodeInfo]:
         found = parsing.parse_nodes(self.client.get("/slurm/{v}/nodes"))
-        if names is not None:
-            wanted = set(names)
-            found = [node for node in found if node.name in wanted]
-        jobs_by_node: dict[str, list[int]] = {}
-        for job in self._all_jobs() if with_jobs else []:
-            if job.active:
-                for node in job.nodes:
-                    jobs_by_node.setdefault(node, []).append(job.id)
-        result = [replace(node, jobs=sorted(jobs_by_node.get(node.name, []))) for node in found]
-        if names is not None:
-            order = {name: index for index, name in enumerate(names)}
-            result.sort(key=lambda node: order[node.name])
-        return result
+        return parsing.with_jobs(found, names, self._all_jobs() if with_jobs else [])
 
     def _all_jobs(self) -> list[Job]:
         return parsing.parse_jobs(self.client.get("/slurm/{v}/jobs"))
