@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchkit import finish
+
 GOAL_MS = 300.0
 HEAVY = ("sqlalchemy", "pydantic", "jinja2", "yaml", "alembic")
 NOT_FOR_NODE = ("sqlalchemy", "alembic", "jinja2", "kubernetes", "requests",
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         "goal_met": goal_met,
         "no_heavy_imports": not heavy,
     }
-    print(json.dumps(result, sort_keys=True))
+    finish("cold_start", result)
     return 0
 
 

@@ -9,12 +9,13 @@ Needs a running lab: `deploy/lab/lab up && eval "$(deploy/lab/lab env)"`.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+
+from benchkit import finish
 
 from bot.config import load_config
 from bot.service import Service
@@ -84,7 +85,7 @@ def main() -> None:
     print(f"`runbook node {nodes[0]}` from a cold start: {result['cli_cold_one_node_ms_median']}"
           " ms median (imports and client set-up included)")
     result.update(large_view(nodes))
-    print(json.dumps(result))
+    finish("node_view", result)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,13 @@ from adapters.actions import (
 from adapters.fleetstatus import NodeStates
 from adapters.host import OUTPUT_LIMIT, HostCommand, allowed_argv
 from adapters.slurm import commands
-from adapters.slurm.backend import REBOOT_FLAGS, NodeInfo, SlurmBackend, SlurmError
+from adapters.slurm.backend import (
+    REBOOT_FLAGS,
+    NeedsOperations,
+    NodeInfo,
+    SlurmBackend,
+    SlurmError,
+)
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.hostlist import compress, expand
 from kit.durations import format_duration
@@ -135,7 +141,7 @@ class NodeInfoArguments(_NodesArguments):
     pass
 
 
-class _SlurmAction(ActionBase[SlurmBackend, SlurmConfig]):
+class _SlurmAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
     def _read(self, names: list[str], with_jobs: bool = True) -> list[NodeInfo]:
         found = self.backend.nodes(names, with_jobs=with_jobs)
         missing = sorted(set(names) - {node.name for node in found})
@@ -167,6 +173,7 @@ class _SlurmAction(ActionBase[SlurmBackend, SlurmConfig]):
 class DrainAction(_SlurmAction):
     name: ClassVar[str] = "slurm.drain"
     Arguments: ClassVar[type[StrictArguments]] = DrainArguments
+    needs: ClassVar[tuple[str, ...]] = ("update_nodes",)
 
     def plan(self, args: DrainArguments) -> list[str]:
         return [commands.show(commands.update_nodes(args.names, "DRAIN", args.reason))]
@@ -188,6 +195,7 @@ class DrainAction(_SlurmAction):
 class ResumeAction(_SlurmAction):
     name: ClassVar[str] = "slurm.resume"
     Arguments: ClassVar[type[StrictArguments]] = ResumeArguments
+    needs: ClassVar[tuple[str, ...]] = ("update_nodes",)
 
     def plan(self, args: ResumeArguments) -> list[str]:
         lines = [commands.show(commands.update_nodes(args.names, "RESUME", None))]
@@ -227,6 +235,9 @@ class ResumeAction(_SlurmAction):
 class WaitIdleAction(_SlurmAction):
     name: ClassVar[str] = "slurm.wait_idle"
     Arguments: ClassVar[type[StrictArguments]] = WaitIdleArguments
+
+    def operations(self, args: object) -> tuple[str, ...]:
+        return ("requeue",) if getattr(args, "requeue", False) else ()
 
     def plan(self, args: WaitIdleArguments) -> list[str]:
         lines = []
@@ -282,6 +293,7 @@ class WaitIdleAction(_SlurmAction):
 class ReservationCreateAction(_SlurmAction):
     name: ClassVar[str] = "slurm.reservation_create"
     Arguments: ClassVar[type[StrictArguments]] = ReservationCreateArguments
+    needs: ClassVar[tuple[str, ...]] = ("create_reservation",)
 
     def _argv(self, args: ReservationCreateArguments) -> list[str]:
         return commands.create_reservation(args.name, args.names, args.start, args.duration,
@@ -320,6 +332,7 @@ class ReservationCreateAction(_SlurmAction):
 class ReservationDeleteAction(_SlurmAction):
     name: ClassVar[str] = "slurm.reservation_delete"
     Arguments: ClassVar[type[StrictArguments]] = ReservationDeleteArguments
+    needs: ClassVar[tuple[str, ...]] = ("delete_reservation",)
 
     def plan(self, args: ReservationDeleteArguments) -> list[str]:
         return [commands.show(commands.delete_reservation(args.name))]
@@ -335,6 +348,7 @@ class ReservationDeleteAction(_SlurmAction):
 class RebootAction(_SlurmAction):
     name: ClassVar[str] = "slurm.reboot"
     Arguments: ClassVar[type[StrictArguments]] = RebootArguments
+    needs: ClassVar[tuple[str, ...]] = ("reboot",)
 
     def plan(self, args: RebootArguments) -> list[str]:
         lines = [commands.show(commands.reboot(args.names, args.nextstate, args.reason))]
@@ -371,6 +385,7 @@ class RebootAction(_SlurmAction):
 class RunOnNodeAction(_SlurmAction):
     name: ClassVar[str] = "slurm.run_on_node"
     Arguments: ClassVar[type[StrictArguments]] = RunOnNodeArguments
+    needs: ClassVar[tuple[str, ...]] = ("run_on_node",)
 
     def _command(self, args: RunOnNodeArguments) -> tuple[HostCommand, list[str]]:
         return allowed_argv(self.config.commands, args.command, args.args, "node command",

@@ -6,7 +6,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from adapters.actions import ActionError
 
@@ -218,3 +218,24 @@ class SlurmBackend(Protocol):
     def dbd_queue(self) -> int:
         """Records slurmctld holds for slurmdbd, not yet sent (sdiag "DBD Agent queue size")."""
         ...
+
+
+class NeedsOperations:
+    """An action's backend operations (``needs``), so that a plan is refused when the
+    configured backend cannot carry one out (slurmrestd 22.05 cannot drain, pyslurm
+    cannot reboot): the request fails before approval, not at its first change."""
+
+    needs: ClassVar[tuple[str, ...]] = ()
+    backend: SlurmBackend
+
+    def operations(self, args: object) -> tuple[str, ...]:
+        """What ``run(args)`` may ask of the backend; ``needs`` unless args change it."""
+        return self.needs
+
+    def refusal(self, args: object) -> str | None:
+        """The backend's reason for refusing one of the operations; None when it can."""
+        for operation in self.operations(args):
+            reason = unsupported(self.backend, operation)
+            if reason is not None:
+                return reason
+        return None

@@ -46,6 +46,7 @@ class ResumeBatchesArguments(_NodesArguments):
 class DrainBatchesAction(_SlurmAction):
     name: ClassVar[str] = "slurm.drain_batches"
     Arguments: ClassVar[type[StrictArguments]] = DrainBatchesArguments
+    needs: ClassVar[tuple[str, ...]] = ("update_nodes",)
 
     def plan(self, args: DrainBatchesArguments) -> list[str]:
         reason = f"{args.reason} {PLACEHOLDER}"
@@ -85,6 +86,7 @@ class DrainBatchesAction(_SlurmAction):
 class ResumeBatchesAction(_SlurmAction):
     name: ClassVar[str] = "slurm.resume_batches"
     Arguments: ClassVar[type[StrictArguments]] = ResumeBatchesArguments
+    needs: ClassVar[tuple[str, ...]] = ("update_nodes",)
 
     def plan(self, args: ResumeBatchesArguments) -> list[str]:
         which = (f"  # only the nodes whose reason ends {PLACEHOLDER}" if args.only_this_run

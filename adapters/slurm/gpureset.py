@@ -61,6 +61,9 @@ class GpuResetAction(_SlurmAction):
 
     name: ClassVar[str] = "slurm.gpu_reset"
     Arguments: ClassVar[type[StrictArguments]] = GpuResetArguments
+    needs: ClassVar[tuple[str, ...]] = (
+        "run_on_node", "update_nodes", "reboot",
+        "create_reservation", "delete_reservation")
 
     def _command(self, name: str, extra: list[str]) -> tuple[HostCommand, list[str]]:
         return allowed_argv(self.config.commands, name, extra, "node command", "slurm.commands")

@@ -33,6 +33,7 @@ class HealthCheckAction(_SlurmAction):
 
     name: ClassVar[str] = "slurm.health_check"
     Arguments: ClassVar[type[StrictArguments]] = HealthCheckArguments
+    needs: ClassVar[tuple[str, ...]] = ("run_on_node", "update_nodes")
 
     def _argv(self, args: HealthCheckArguments) -> list[str]:
         return allowed_argv(self.config.commands, args.command, args.args, "node command",

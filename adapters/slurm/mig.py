@@ -78,6 +78,7 @@ class MigApplyAction(_SlurmAction):
 
     name: ClassVar[str] = "slurm.mig_apply"
     Arguments: ClassVar[type[StrictArguments]] = MigApplyArguments
+    needs: ClassVar[tuple[str, ...]] = ("run_on_node", "update_nodes")
 
     def _argv(self, args: MigApplyArguments) -> list[str]:
         return allowed_argv(self.config.commands, args.command, [args.layout], "node command",

@@ -58,6 +58,7 @@ class PoolLeaveAction(_SlurmAction):
 
     name: ClassVar[str] = "slurm.pool_leave"
     Arguments: ClassVar[type[StrictArguments]] = LeaveArguments
+    needs: ClassVar[tuple[str, ...]] = ("update_nodes", "update_features")
 
     def plan(self, args: LeaveArguments) -> list[str]:
         lines = [commands.show(commands.update_nodes([args.node], "DRAIN", args.reason))]
@@ -89,6 +90,7 @@ class PoolLeaveAction(_SlurmAction):
 class PoolJoinAction(_SlurmAction):
     name: ClassVar[str] = "slurm.pool_join"
     Arguments: ClassVar[type[StrictArguments]] = JoinArguments
+    needs: ClassVar[tuple[str, ...]] = ("update_nodes", "update_features")
 
     def plan(self, args: JoinArguments) -> list[str]:
         lines = [_feature_line(args.node, args.feature, add=True)] if args.feature else []

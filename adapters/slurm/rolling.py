@@ -27,7 +27,7 @@ from adapters.actions import (
 )
 from adapters.host import allowed_argv
 from adapters.slurm import hostlist
-from adapters.slurm.backend import REBOOT_FLAGS, SlurmBackend
+from adapters.slurm.backend import REBOOT_FLAGS, NeedsOperations, SlurmBackend
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.health import verdict
 
@@ -64,7 +64,7 @@ class _Run:
                           f"{len(hostlist.expand(self.args.nodes))})")
 
 
-class DriverRolloutAction(ActionBase[SlurmBackend, SlurmConfig]):
+class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
     """Per node, in order: drain (running jobs finish), wait until idle, reserve the node for
     maintenance (MAINT, IGNORE_JOBS), resume it inside the reservation (so jobs can run there
     but nobody else's), run the site's driver command with the target version through srun,
@@ -80,6 +80,9 @@ class DriverRolloutAction(ActionBase[SlurmBackend, SlurmConfig]):
 
     name: ClassVar[str] = "slurm.driver_rollout"
     Arguments: ClassVar[type[StrictArguments]] = RolloutArguments
+    needs: ClassVar[tuple[str, ...]] = (
+        "update_nodes", "create_reservation", "delete_reservation",
+        "run_on_node", "reboot")
 
     def _argv(self, name: str, extra: list[str]) -> list[str]:
         return allowed_argv(self.config.commands, name, extra, "node command",

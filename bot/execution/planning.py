@@ -301,10 +301,21 @@ def _plan_call(
         )
         raise PlanError(f"step {step_id} ({action_name}): {problems}") from exc
     try:
+        _refuse_what_the_backend_cannot_do(action, args)
         operations = action.plan(args)
     except ActionError as exc:
         raise PlanError(f"step {step_id} ({action_name}): {exc}") from exc
     return PlannedCall(action_name, args.model_dump(mode="json"), operations)
+
+
+def _refuse_what_the_backend_cannot_do(action: Any, args: Any) -> None:
+    """An action whose backend lacks an operation it needs (``refusal``: slurmrestd 22.05
+    cannot drain, pyslurm cannot reboot) is refused now, before approval, not at its first
+    change."""
+    refusal = getattr(action, "refusal", None)
+    reason = refusal(args) if callable(refusal) else None
+    if reason:
+        raise ActionError(reason)
 
 
 def _plan_step(

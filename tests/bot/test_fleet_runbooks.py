@@ -162,3 +162,25 @@ def _pod(node: str) -> Any:
 
     return Pod("serving", f"{node}-web", f"uid-{node}", node=node, phase="Running",
                ready=True, owner_kind="ReplicaSet")
+
+
+def test_a_backend_that_cannot_drain_refuses_the_plan_before_approval(
+        make_bot: BotFactory) -> None:
+    """slurmrestd 22.05 (``slurm.backend: rest``) has no node update: the request is refused
+    when it is planned, with the backend's reason, and nothing is recorded; a set wholly in
+    the Kubernetes pool, whose Slurm steps do not run, is still planned."""
+    bot, systems = fleet_bot(make_bot, names("gpu[01-04]"), names("gpu[05-08]"))
+    reason = ("slurmrestd v0.0.38 (Slurm 22.05) has no node update (drain/resume); it needs "
+              "v0.0.39 (Slurm 23.02) or later, or slurm.backend: cli")
+    refuse = {"update_nodes": reason}
+    systems.slurm.unsupported = refuse.get  # type: ignore[attr-defined]
+    params = {"nodes": "gpu[01-02]", "reason": "r"}
+    with pytest.raises(Exception, match=r"step slurm-drain \(slurm.drain_batches\): slurmrestd "
+                                        r"v0\.0\.38 \(Slurm 22\.05\) has no node update"):
+        bot.plan("drain-nodes", params)
+    with pytest.raises(Exception, match="has no node update"):
+        bot.request("drain-nodes", params, "alice")
+    assert all(not n.flags for n in systems.slurm.nodes(names("gpu[01-02]")))
+    assert bot.plan("drain-nodes", {**params, "nodes": "gpu[06-07]"})
+    assert bot.request("drain-nodes", {**params, "nodes": "gpu[06-07]"}, "alice") == 1  # the
+    # first execution recorded: the refused request left none
