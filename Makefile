@@ -47,8 +47,8 @@ test: deps venv lint
 	@# byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, every `runbook` process the
 	@# suite starts (hundreds) would otherwise compile the project's modules again
 	$(BIN)/python -m compileall -q -j 0 kit bot adapters deploy/lab tests >/dev/null
-	@# two passes at once: the tests that need no server beside those on the lab, PostgreSQL
-	@# and podman (one at a time: they share the lab); see tests/run-suite
+	@# the lab's tests (one at a time: they share the lab) beside the tests that need no
+	@# server, then those on their own PostgreSQL or podman; see tests/run-suite
 	BIN=$(BIN) tests/run-suite
 
 unit: venv
