@@ -52,7 +52,7 @@ test: deps venv lint
 	BIN=$(BIN) tests/run-suite
 
 unit: venv
-	$(BIN)/pytest -q -n auto -m "not lab and not postgres and not image"
+	$(BIN)/pytest -q -n auto -m "not lab and not ownlab and not postgres and not image"
 
 bench: venv
 	$(BIN)/python bench/engine_overhead.py

@@ -11,7 +11,7 @@ import pytest
 
 from tests.lab.fixture import lab_command, start_lab
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.ownlab  # its own folder and ports: runs beside the shared lab
 SLURM_NODES, KUBE_NODES, SLURMD = 1024, 512, 4
 
 
