@@ -1,6 +1,6 @@
 """What every benchmark shares: its results file (bench/results/<script>.json, the final JSON
-plus the machine it ran on, with no hostname or path) and cleanup on SIGTERM/SIGHUP (turned
-into SystemExit, so try/finally blocks run as they do on Ctrl-C).
+plus the machine it ran on, with no hostname or path), cleanup on SIGTERM/SIGHUP (turned
+into SystemExit, so try/finally blocks run as they do on Ctrl-C) and a lab of its own.
 
 Scripts import it as ``benchkit`` (bench/ is on sys.path when a script runs).
 """
@@ -14,12 +14,16 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+LAB = Path(__file__).resolve().parent.parent / "deploy" / "lab" / "lab"
 
 
 def _first_match(path: Path, pattern: str) -> str | None:
@@ -96,3 +100,34 @@ def cleanup_on_signals() -> None:
     benchmark stopped by `timeout`, a closed terminal or Ctrl-C runs its finally blocks."""
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _exit_on)
+
+
+def lab(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``deploy/lab/lab ARGS`` in ``env`` (its RUNBOOK_LAB_DIR names the lab)."""
+    return subprocess.run([str(LAB), *args], env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=900, check=False)
+
+
+@contextmanager
+def own_lab(prefix: str, *up_args: str,
+            keep: bool = False) -> Iterator[tuple[Path, dict[str, str], dict[str, Any]]]:
+    """A lab of the benchmark's own in a new temporary folder (``lab up UP_ARGS``): yields
+    the folder, its clients' environment and its lab.json. It is stopped and the folder
+    removed at the end, on failure too, unless ``keep``."""
+    from tests.lab.fixture import client_env  # the repository root is on sys.path by now
+
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    env = dict(os.environ, RUNBOOK_LAB_DIR=str(folder / "lab"))
+    env.pop("SLURM_JWT", None)  # a developer's token is not the lab's
+    try:
+        up = lab(env, "up", *up_args)
+        if up.returncode != 0:
+            raise RuntimeError(f"lab up failed ({up.returncode}): "
+                               f"{(up.stdout + up.stderr)[-3000:]}")
+        info = json.loads((folder / "lab" / "lab.json").read_text())
+        yield folder, client_env(info, env), info
+    finally:
+        if not keep:
+            down = lab(env, "down")
+            print(f"lab down: exit {down.returncode}")
+            shutil.rmtree(folder, ignore_errors=True)

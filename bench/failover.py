@@ -39,7 +39,6 @@ import json
 import os
 import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -57,24 +56,11 @@ from tests.runbooks.test_failover import (  # noqa: E402
     Failover,
     HaCluster,
     failover_once,
+    hold_node,
     put_node_back,
-    wait_until,
 )
 
 JOB = "grb-bench-failover-hold"  # found by name when a run failed or was stopped
-
-
-def hold_node(env: dict[str, str], node: str, release: Path) -> str:
-    """A Slurm job named JOB on ``node`` that runs until ``release`` exists; its id."""
-    done = subprocess.run(
-        ["sbatch", "--parsable", "-o", "/dev/null", "-w", node, "-N1", "-J", JOB,
-         "--wrap", f"while [ ! -e {release} ]; do sleep 0.2; done"],
-        env=env, capture_output=True, text=True, timeout=30, check=True)
-    job = done.stdout.strip().split(";")[0]
-    wait_until(lambda: "RUNNING" in subprocess.run(
-        ["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True, text=True,
-        timeout=30).stdout, f"job {job} to run", 30, every=0.1)
-    return job
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -114,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                 cluster.start()
                 for number in range(1, args.runs + 1):
                     release = Path(tmp) / f"release-{number}"
-                    job = hold_node(env, NODE, release)
+                    job = hold_node(env, NODE, release, JOB)
                     # Kills spread over one heartbeat period (lease/3), so the dead
                     # engine's lease has anything from 2/3 to all of its length left.
                     delay = 0.3 + (number - 1) * args.lease_seconds / 3 / args.runs

@@ -26,13 +26,8 @@ Run: .venv/bin/python bench/plan_fleet.py [--nodes 1024] [--runs 20] [--keep]
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,20 +36,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchkit import cleanup_on_signals, failed, finish  # noqa: E402  (bench/)
+from benchkit import cleanup_on_signals, failed, finish, own_lab  # noqa: E402  (bench/)
 from botcli import cli  # noqa: E402
 
 from adapters.slurm.hostlist import compress  # noqa: E402
-from tests.lab.fixture import client_env  # noqa: E402
 
-LAB = ROOT / "deploy" / "lab" / "lab"
 GOAL_SECONDS = 1.0
 REASON = "bench plan of the fleet"
-
-
-def lab(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(LAB), *args], env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=900, check=False)
 
 
 def timings(values: list[float]) -> dict[str, float]:
@@ -110,20 +98,14 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the lab running")
     args = parser.parse_args()
     cleanup_on_signals()
-    folder = Path(tempfile.mkdtemp(prefix="grb-bench-plan-"))
-    env = dict(os.environ, RUNBOOK_LAB_DIR=str(folder / "lab"))
-    env.pop("SLURM_JWT", None)
     result: dict[str, Any] = {"bench": "plan_fleet", "nodes": args.nodes, "runs": args.runs,
                               "goal_s": GOAL_SECONDS}
     try:
         print(f"starting a lab with {args.nodes} nodes in a temporary folder ...", flush=True)
-        up = lab(env, "up", "--nodes", str(args.nodes))
-        if up.returncode != 0:
-            raise RuntimeError(f"lab up failed ({up.returncode}): {up.stderr[-2000:]}")
-        info = json.loads((folder / "lab" / "lab.json").read_text())
-        env = client_env(info, env)
-        hostlist = compress(info["nodes"])
-        measure(env, folder, hostlist, max(1, args.runs), result)
+        with own_lab("grb-bench-plan-", "--nodes", str(args.nodes),
+                     keep=args.keep) as (folder, env, info):
+            hostlist = compress(info["nodes"])
+            measure(env, folder, hostlist, max(1, args.runs), result)
         met = max(result["plan"]["median_s"], result["request"]["median_s"]) <= GOAL_SECONDS
         result["goal_met"] = met
         print(f"plan + text over {hostlist} ({args.nodes} nodes), median of {args.runs}: "
@@ -136,10 +118,6 @@ def main() -> int:
         failed(result, exc)
         raise
     finally:
-        if not args.keep:
-            down = lab(env, "down")
-            print(f"lab down: exit {down.returncode}")
-            shutil.rmtree(folder, ignore_errors=True)
         finish("plan_fleet", result)
     return 0
 

@@ -35,12 +35,8 @@ It never asserts a time.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -48,20 +44,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchkit import cleanup_on_signals, failed, finish  # noqa: E402  (bench/, next to this file)
+from benchkit import cleanup_on_signals, failed, finish, own_lab  # noqa: E402  (bench/)
 from botcli import phases, run_approved  # noqa: E402
 
 from adapters.slurm.hostlist import compress  # noqa: E402
-from tests.lab.fixture import client_env  # noqa: E402
 
-LAB = ROOT / "deploy" / "lab" / "lab"
 GOAL = 1.5  # bot / floor
 REASON = "bench fleet drain"
-
-
-def lab(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(LAB), *args], env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=900, check=False)
 
 
 def timed(env: dict[str, str], *argv: str) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -200,35 +189,24 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the lab running")
     args = parser.parse_args()
     cleanup_on_signals()
-    folder = Path(tempfile.mkdtemp(prefix="grb-bench-drain-"))
-    env = dict(os.environ, RUNBOOK_LAB_DIR=str(folder / "lab"))
-    env.pop("SLURM_JWT", None)
     result: dict[str, Any] = {"bench": "slurm_drain", "nodes": args.nodes, "goal": GOAL}
     try:
         print(f"starting a lab with {args.nodes} nodes in a temporary folder ...", flush=True)
         began = time.perf_counter()
         # one node more, outside the set: drain-nodes' capacity guard keeps 8 GPUs free
         total = str(args.nodes + 1)
-        up = lab(env, "up", "--nodes", total, "--slurmd", total)
-        if up.returncode != 0:
-            print(up.stdout[-3000:] + up.stderr[-3000:])
-            raise RuntimeError(f"lab up failed ({up.returncode})")
-        info = json.loads((folder / "lab" / "lab.json").read_text())
-        env = client_env(info, env)
-        spare, names = info["nodes"][0], info["nodes"][1:]
-        until_in_service(env, compress(names), len(names))
-        print(f"lab up in {time.perf_counter() - began:.0f} s: set {compress(names)} (and "
-              f"{spare}, not in the set), slurmd on {len(info['slurmd_nodes'])}; in service "
-              f"now: {in_service(env, compress(names))}", flush=True)
-        measure(env, names, args, result)
+        with own_lab("grb-bench-drain-", "--nodes", total, "--slurmd", total,
+                     keep=args.keep) as (_, env, info):
+            spare, names = info["nodes"][0], info["nodes"][1:]
+            until_in_service(env, compress(names), len(names))
+            print(f"lab up in {time.perf_counter() - began:.0f} s: set {compress(names)} (and "
+                  f"{spare}, not in the set), slurmd on {len(info['slurmd_nodes'])}; in "
+                  f"service now: {in_service(env, compress(names))}", flush=True)
+            measure(env, names, args, result)
     except BaseException as exc:
         failed(result, exc)
         raise
     finally:
-        if not args.keep:
-            down = lab(env, "down")
-            print(f"lab down: exit {down.returncode}")
-            shutil.rmtree(folder, ignore_errors=True)
         finish("slurm_drain", result)
     return 0
 

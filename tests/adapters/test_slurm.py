@@ -168,8 +168,11 @@ REFUSAL_CALLS: dict[str, Callable[[SlurmBackend], object]] = {
 
 
 def lab_state(lab: Lab) -> list[str]:
-    """Nodes (state, reason, features), reservations and jobs, as Slurm's clients show them."""
-    nodes = lab.run("sinfo", "-h", "-N", "-o", "%N %T %E %b %f").stdout.splitlines()
+    """Nodes (state, reason, features), reservations and jobs, as Slurm's clients show them.
+    A node's "not responding" mark (a trailing * on its state) is left out: it follows the
+    lab's slurmd answering slurmctld's pings under load, not anything a backend call does."""
+    listed = lab.run("sinfo", "-h", "-N", "-o", "%N %T %E %b %f").stdout.splitlines()
+    nodes = [re.sub(r"^(\S+ \S+?)\*", r"\1", line) for line in listed]
     reservations = lab.run("scontrol", "show", "reservation", "-o").stdout.splitlines()
     jobs = lab.run("squeue", "-h", "-o", "%i %T %r").stdout.splitlines()
     return sorted(nodes) + reservations + sorted(jobs)

@@ -205,10 +205,10 @@ class HaCluster:
         self.db.dispose()
 
 
-def hold_node(env: dict[str, str], node: str, release: Path) -> str:
-    """A Slurm job on ``node`` that runs until ``release`` exists; returns its id."""
+def hold_node(env: dict[str, str], node: str, release: Path, name: str = "failover-hold") -> str:
+    """A Slurm job named ``name`` on ``node`` that runs until ``release`` exists; its id."""
     done = subprocess.run(
-        ["sbatch", "--parsable", "-o", "/dev/null", "-w", node, "-N1", "-J", "failover-hold",
+        ["sbatch", "--parsable", "-o", "/dev/null", "-w", node, "-N1", "-J", name,
          "--wrap", f"while [ ! -e {release} ]; do sleep 0.2; done"],
         env=env, capture_output=True, text=True, timeout=30, check=True)
     job = done.stdout.strip().split(";")[0]

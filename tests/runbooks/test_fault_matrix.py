@@ -17,6 +17,9 @@ uses it and (b) during a post-check that uses it:
   the node stays out of service for a person to see once the system is back;
 - a hanging Kubernetes API never holds a step or a check past its timeout.
 
+The Kubernetes API also fails (500, then hanging) in the middle of drain-nodes' fleet drain
+(k8s.drain_nodes): it fails at that step, and its undo uncordons the node it cordoned.
+
 Every test runbook drains ``gpu04`` in Slurm and cordons ``gpu08`` in Kubernetes (the nodes
 the other lab tests use least), then uses the faulty system. Each outage is a few seconds
 (slurmctld: Slurm's own clients retry for MessageTimeout - 1 s before they give up, 9 s by
@@ -115,14 +118,23 @@ CORDON = {"id": "k8s-cordon", "action": "k8s.cordon", "with": {"node": KUBE_NODE
           "undo": {"action": "k8s.uncordon", "with": {"node": KUBE_NODE}},
           "timeout": f"{HANG_STEP_TIMEOUT:g}s"}
 CHANGES_DONE = "step k8s-cordon: done"  # the progress line after the last changing step
+# drain-nodes' Kubernetes step over the node: it cordons it (annotated with the execution)
+# and evicts its serving pods one by one (the PodDisruptionBudget lets one go at a time),
+# so the fault lands mid-drain; its undo uncordons what this run cordoned.
+FLEET_DRAIN = {"id": "k8s-fleet", "action": "k8s.drain_nodes",
+               "with": {"nodes": KUBE_NODE, "max_parallel": 1, "evictions_per_second": 1,
+                        "timeout": "60s"},
+               "undo": {"action": "k8s.undrain_nodes", "with": {"nodes": KUBE_NODE}},
+               "undo_if_failed": True, "timeout": f"{HANG_STEP_TIMEOUT:g}s"}
 
 
 def runbook(name: str, step: dict[str, Any] | None = None,
-            check: dict[str, Any] | None = None) -> dict[str, Any]:
+            check: dict[str, Any] | None = None,
+            changes: tuple[dict[str, Any], ...] = (DRAIN, CORDON)) -> dict[str, Any]:
     return {
         "name": name, "version": "1.0.0", "risk": "low",
         "summary": "fault matrix: drain and cordon, then use one system",
-        "steps": [DRAIN, CORDON, *([step] if step else [])],
+        "steps": [*changes, *([step] if step else [])],
         "post_checks": [check] if check else [],
     }
 
@@ -185,6 +197,14 @@ CASES = [
         "step k8s-wait: running", 1.0, "step k8s-wait failed", ("Kubernetes API",),
         back_before_undo=False, undo_fails="k8s-cordon",
         max_seconds=HANG_STEP_TIMEOUT + SLACK),
+    # the fleet drain (drain-nodes) hit mid-drain: by errors, and by a hang bounded by the
+    # step's timeout; either way the undo uncordons the node it cordoned
+    Case("kube-500-fleet-drain", KUBE_500, runbook("fm-kube500-fleet", changes=(
+        DRAIN, FLEET_DRAIN)), "step k8s-fleet: running", 1.0, "step k8s-fleet failed",
+        ("Kubernetes API", "500")),
+    Case("kube-hang-fleet-drain", KUBE_HANG, runbook("fm-kubehang-fleet", changes=(
+        DRAIN, FLEET_DRAIN)), "step k8s-fleet: running", 1.0, "step k8s-fleet failed",
+        ("Kubernetes API",), max_seconds=HANG_STEP_TIMEOUT + SLACK),
     Case("prometheus-step", PROMETHEUS, runbook("fm-prom-step", step={
         "id": "prom-wait", "action": "prom.wait",
         "with": {"query": f'max(DCGM_FI_DEV_GPU_TEMP{{Hostname="{SLURM_NODE}"}})',
@@ -417,7 +437,7 @@ def check_outcome(lab: Lab, bot: Service, case: Case, injector: Injector, ex: Ex
     # (3) a hang never holds the execution past the step's (or check's) timeout: a step
     # ends by its timeout after it started; a check by its next poll plus its timeout
     if case.max_seconds is not None:
-        failed_at = when(injector, "step k8s-wait: failed", "post-check")
+        failed_at = when(injector, f"step {case.failed_at.split()[1]}: failed", "post-check")
         start = injector.triggered if case.failed_at.startswith("step") else injector.began
         assert start is not None
         took = failed_at - start
@@ -427,10 +447,11 @@ def check_outcome(lab: Lab, bot: Service, case: Case, injector: Injector, ex: Ex
         assert took <= HANG_STEP_TIMEOUT + SLACK, f"the undo took {took:.1f}s"
     # (4) undone: back in service once the system is back, or UNDO FAILED for a person
     if case.undo_fails is None:
+        changed = [step["id"] for step in case.runbook["steps"] if "undo" in step]
         assert "UNDO FAILED" not in error, error
-        assert "undone: k8s-cordon, slurm-drain" in error, error
-        assert ("undo_finished", "slurm-drain") in kinds and ("undo_finished",
-                                                              "k8s-cordon") in kinds
+        assert f"undone: {', '.join(reversed(changed))}" in error, error
+        for step_id in changed:
+            assert ("undo_finished", step_id) in kinds, kinds
     else:
         other = {"slurm-drain": "k8s-cordon", "k8s-cordon": "slurm-drain"}[case.undo_fails]
         failed = error.split("; UNDO FAILED (needs a person): ", 1)

@@ -1,5 +1,6 @@
 """kill -9 the engine at the stage boundaries of the Slurm runbooks, then let another engine
-finish: drain-node, resume-node, swap-gpu and rollback-driver against the lab's real Slurm.
+finish: drain-node, drain-nodes, resume-node, swap-gpu and rollback-driver against the lab's
+real Slurm.
 
 The first engine is a real `runbook run ... --wait` process, as an on-call engineer starts
 it; the approvals come from another terminal. With a lab configuration,
@@ -14,8 +15,9 @@ early as the lease allows, which is what the clock-skew rule is about.) Where a 
 decide, the test stops it, runs `runbook resume` or `runbook cancel`, then `runbook engine
 --once` finishes the execution. Each case then checks what a person relies on:
 
-- the cluster ends as the runbook promises (scontrol: drained after drain-node; in service
-  after resume-node, swap-gpu and rollback-driver and after the undo of drain-node; drained
+- the cluster ends as the runbook promises (scontrol: drained after drain-node and
+  drain-nodes, whose reason names its execution; in service after resume-node, swap-gpu and
+  rollback-driver and after the undo of either drain, which resumes only what it drained; drained
   after a failed health check; no reservation left behind);
 - no step ran twice, except the idempotent step the engine died in (attempt 2, started only
   after the dead engine's lease plus engine.clock_skew_seconds); swap-gpu (resume: manual,
@@ -25,10 +27,12 @@ decide, the test stops it, runs `runbook resume` or `runbook cancel`, then `runb
 
 `make test` runs CASES: each kind of boundary once per runbook (after a pre-check, before a
 step, inside a waiting step, after a step, at a post-check, during undo, held then resumed or
-cancelled), about two minutes on two cores (every case starts two or three engine processes
+cancelled; drain-nodes, whose Slurm steps are drain-node's in batches, before its drain and
+in its undo), about two minutes on two cores (every case starts two or three engine processes
 of about two CPU-seconds each and waits out a lease). RUNBOOK_SIGKILL_FULL=1 adds
 EXTRA_CASES, the same paths at the other boundaries (every step_started and step_finished of
-drain-node and resume-node, their undo_started, swap-gpu's post-check and undo,
+drain-node and resume-node, their undo_started, drain-nodes inside wait-idle, after its
+drain, at its post-check and in the undo of a failed run, swap-gpu's post-check and undo,
 rollback-driver's "started"). Not covered at all:
 - step_skipped boundaries (the k8s steps; gpu03 is not a Kubernetes node): a skipped step is
   persisted like a finished one.
@@ -89,12 +93,15 @@ class Runbook:
 
 
 DRAIN = Runbook("drain-node", (f"node={NODE}", "reason=sigkill matrix"))
+FLEET = Runbook("drain-nodes", (f"nodes={NODE}", "reason=sigkill matrix"))  # a set of one
+DRAINS = (DRAIN, FLEET)
 RESUME = Runbook("resume-node", (f"node={NODE}",), reservation=f"resume-{NODE}")
 SWAP = Runbook("swap-gpu", (f"node={NODE}", "gpu=3", "reason=XID 79"), manual=True,
                reservation=f"swap-{NODE}")
 ROLLBACK = Runbook("rollback-driver", (f"nodes={NODE}", f"version={DRIVER}"),
                    approvers=("carol", "dave"), reservation=f"driver-{NODE}")
 POST_CHECKS = ("the node is drained in Slurm and runs no job",
+               "the nodes are drained in Slurm and run no job",
                "the node is in service in Slurm and not drained",
                "every Slurm node is back in service")
 
@@ -147,6 +154,10 @@ CASES = [
     Case(DRAIN, "check_evaluated:the node is drained in Slurm and runs no job", "succeeded",
          "drained"),
     Case(DRAIN, "undo_started:slurm-drain", "cancelled", "in_service", trigger="cancel"),
+    # drain-nodes: its batches' scontrol run again by the second engine; the engine dies in
+    # the undo of a cancelled run, and the second one resumes only what this run drained.
+    Case(FLEET, "step_started:slurm-drain", "succeeded", "drained"),
+    Case(FLEET, "undo_started:slurm-drain", "cancelled", "in_service", trigger="cancel"),
     # resume-node (the node starts drained): after a step; undo after a failing health check,
     # which drains the node again (never back unchecked).
     Case(RESUME, "step_finished:health-check", "succeeded", "in_service"),
@@ -164,6 +175,11 @@ EXTRA_CASES = [
     Case(DRAIN, "step_started:wait-idle", "succeeded", "drained"),
     Case(DRAIN, "step_finished:wait-idle", "succeeded", "drained"),
     Case(DRAIN, "undo_started", "failed", "in_service", trigger="fail", extra=("timeout=10s",)),
+    Case(FLEET, "step_finished:slurm-drain", "succeeded", "drained"),
+    Case(FLEET, "inside:wait-idle", "succeeded", "drained"),
+    Case(FLEET, "check_evaluated:the nodes are drained in Slurm and run no job", "succeeded",
+         "drained"),
+    Case(FLEET, "undo_started", "failed", "in_service", trigger="fail", extra=("timeout=10s",)),
     Case(RESUME, "step_started:reserve", "succeeded", "in_service"),
     Case(RESUME, "step_started:health-check", "succeeded", "in_service"),
     Case(RESUME, "check_evaluated:the node is in service in Slurm and not drained",
@@ -371,7 +387,7 @@ def prepare(run: Run) -> None:
                            "Reason=serviced").returncode == 0
     if case.trigger == "fail" and case.runbook in (RESUME, SWAP):
         assert run.lab.lab("fault", NODE, "health=fail").returncode == 0
-    if case.runbook is DRAIN and (case.trigger or case.inside):
+    if case.runbook in DRAINS and (case.trigger or case.inside):
         run.hold_node()  # wait-idle waits (fail: beyond its 10 s; cancel: until cancelled)
 
 
@@ -481,6 +497,8 @@ def check_node(run: Run) -> None:
     assert good, (case.id, case.node_after, shown)
     if case.runbook is DRAIN and case.node_after == "drained":
         assert shown["reason"] == "sigkill matrix", shown
+    if case.runbook is FLEET and case.node_after == "drained":  # marked with its execution
+        assert shown["reason"] == f"sigkill matrix (execution {run.execution_id})", shown
     if case.trigger == "fail" and case.runbook in (RESUME, SWAP):
         assert shown["reason"].startswith("health check failed"), shown
     if case.runbook is SWAP and case.end == "cancelled":
@@ -498,7 +516,7 @@ def test_sigkill_at_a_boundary_then_another_engine_finishes(run: Run) -> None:
     dead_engine, dead_lease = first_engine(run)
     standby = run.standby
     assert standby is not None  # first_engine started it
-    if case.runbook is DRAIN and case.trigger:
+    if case.runbook in DRAINS and case.trigger:
         run.release()  # wait-idle gave up on the job, or was cancelled
     if case.inside == "wait-idle":  # wait-idle runs again, and waits for the job again
         assert run.wait(standby, lambda: run.has(
@@ -528,7 +546,7 @@ def test_sigkill_at_a_boundary_then_another_engine_finishes(run: Run) -> None:
     ex = run.state()
     assert ex.state == case.end, f"{case.id}: {ex.state}: {ex.error}\n{run.output()}"
     error = ex.error or ""
-    if case.runbook is DRAIN and case.trigger == "fail":
+    if case.runbook in DRAINS and case.trigger == "fail":
         assert "step wait-idle failed" in error and "undone: slurm-drain" in error, error
     if case.end == "cancelled":  # (held, then cancelled: the reason said "; undone: ...")
         assert error.startswith("cancelled on request") and "; undone: " in error, error
