@@ -44,7 +44,8 @@ def dirty(lab: Lab) -> dict[str, str]:
     assert lab.run("scontrol", "create", "reservation", "ReservationName=reset-test",
                    f"Nodes={first}", "StartTime=now", "Duration=60", "Users=root",
                    "Flags=maint").returncode == 0
-    assert lab.run("sbatch", "-N1", "-w", third, "--wrap", "sleep 300").returncode == 0
+    assert lab.run("sbatch", "-o", "/dev/null", "-N1", "-w", third,
+                   "--wrap", "sleep 300").returncode == 0
     assert lab.run("scontrol", "update", f"NodeName={third}", "AvailableFeatures=dirty",
                    "ActiveFeatures=dirty").returncode == 0
     assert lab.lab("fault", first, "health=fail", "temp=150").returncode == 0
