@@ -161,6 +161,14 @@ class _Drain:
 
     def timeout_text(self, limit: float) -> str:
         """The pods still there and what blocks them, with the budget to look at."""
+        node = self.args.node
+        pods, hint = self.still_there()
+        return (f"drain of {node} timed out after {format_duration(limit)}: {pods}. {node} "
+                f"stays cordoned (undo: k8s.uncordon).{hint} Retry with a longer timeout "
+                "once the blocking pods can move.")
+
+    def still_there(self) -> tuple[str, str]:
+        """("N pod(s) still on the node: each and what holds it", " Check the budget ...")."""
         parts = []
         for key, pod in self.pending.items():
             answer = self.blocked.get(key)
@@ -172,13 +180,10 @@ class _Drain:
         hint = (f" Check the budget (kubectl -n {pdbs[0].split('/')[0]} get pdb "
                 f"{pdbs[0].split('/')[1]}): its pods elsewhere must be Ready, or relax it."
                 if pdbs else "")
-        node = self.args.node
-        return (f"drain of {node} timed out after {format_duration(limit)}: "
-                f"{len(self.pending) + len(self.leaving)} pod(s) still on the node: "
-                + "; ".join(parts[:20]) + (f"; and {len(parts) - 20} more" if len(parts) > 20
-                                            else "")
-                + f". {node} stays cordoned (undo: k8s.uncordon).{hint} "
-                "Retry with a longer timeout once the blocking pods can move.")
+        pods = (f"{len(self.pending) + len(self.leaving)} pod(s) still on the node: "
+                + "; ".join(parts[:20])
+                + (f"; and {len(parts) - 20} more" if len(parts) > 20 else ""))
+        return pods, hint
 
 
 class DrainAction(KubernetesAction):

@@ -276,9 +276,14 @@ class DrainNodesAction(KubernetesAction):
         first = (fleet.active[next(iter(fleet.active))] if fleet.active else None)
         limit = fleet.args.timeout
         example = (blocked[0] if blocked else first)
-        detail = f" First: {example.timeout_text(limit)}" if example else ""
+        detail = ""
+        if example:
+            pods, hint = example.still_there()
+            detail = f" {example.args.node}: {pods}.{hint}"
         return (f"drain of {compress(fleet.args.names)} timed out after "
-                f"{format_duration(limit)}: {fleet.account()}.{detail}")
+                f"{format_duration(limit)}: {fleet.account()}.{detail} The undo uncordons the "
+                "nodes this run cordoned; nodes cordoned before it stay cordoned. Retry with "
+                "a longer timeout once the blocking pods can move.")
 
     @staticmethod
     def _result(fleet: _Fleet, started: float) -> ActionResult:

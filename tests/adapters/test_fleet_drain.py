@@ -96,6 +96,10 @@ def test_a_pdb_blocks_one_node_while_the_others_drain(clock: Clock) -> None:
     assert "draining when it stopped: gpu03" in message
     assert "serving/gpu03-p1 blocked by PodDisruptionBudget serving/serving-pdb" in message
     assert "drained: gpu[01-02,04-08]" in message
+    assert "gpu03: 1 pod(s) still on the node" in message
+    # what the fleet's undo does, not a single node's (k8s.uncordon) text
+    assert "The undo uncordons the nodes this run cordoned" in message
+    assert "k8s.uncordon" not in message and "stays cordoned" not in message
     assert [p.name for p in kube.pods] == ["gpu03-p1"]
     blocked = [s for s in statuses if ["blocked by PDB", 1, "gpu03"] in s["states"]]
     assert blocked and "gpu03" in blocked[-1]["notes"]
