@@ -30,7 +30,12 @@ from adapters.kubernetes.backend import (
     Pod,
 )
 from adapters.kubernetes.config import KubernetesConfig
-from adapters.kubernetes.quickread import api_error, node_not_found, transport_error
+from adapters.kubernetes.quickread import (
+    api_error,
+    node_not_found,
+    pod_listing,
+    transport_error,
+)
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -178,14 +183,11 @@ class ClientBackend:
 
     def list_pods(self, namespace: str | None = None, label_selector: str | None = None,
                   field_selector: str | None = None) -> list[Pod]:
-        selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
-        query = "&".join(f"{k}={v}" for k, v in selectors.items() if v)
+        label, selectors = pod_listing(namespace, label_selector, field_selector)
         if namespace is None:
-            body = self._call(f"GET /api/v1/pods?{query}".rstrip("?"), "GET", "/api/v1/pods",
-                              {}, query=selectors)
+            body = self._call(label, "GET", "/api/v1/pods", {}, query=selectors)
         else:
-            body = self._call(f"GET /api/v1/namespaces/{namespace}/pods?{query}".rstrip("?"),
-                              "GET", "/api/v1/namespaces/{namespace}/pods",
+            body = self._call(label, "GET", "/api/v1/namespaces/{namespace}/pods",
                               {"namespace": namespace}, query=selectors)
         return [Pod.from_api(item) for item in body.get("items") or []]
 

@@ -124,14 +124,10 @@ class QuickReader:
 
     def list_pods(self, namespace: str | None = None, label_selector: str | None = None,
                   field_selector: str | None = None) -> list[Pod]:
-        selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
-        query = "&".join(f"{k}={v}" for k, v in selectors.items() if v)
-        if namespace is None:
-            body = self._get(f"GET /api/v1/pods?{query}".rstrip("?"), "/api/v1/pods",
-                             selectors)
-        else:
-            body = self._get(f"GET /api/v1/namespaces/{namespace}/pods?{query}".rstrip("?"),
-                             f"/api/v1/namespaces/{quote(namespace, safe='')}/pods", selectors)
+        label, selectors = pod_listing(namespace, label_selector, field_selector)
+        path = ("/api/v1/pods" if namespace is None
+                else f"/api/v1/namespaces/{quote(namespace, safe='')}/pods")
+        body = self._get(label, path, selectors)
         return [Pod.from_api(item) for item in body.get("items") or []]
 
     def close(self) -> None:
@@ -192,3 +188,13 @@ def transport_error(url: str, request: str, exc: urllib3.exceptions.HTTPError,
         "have been applied: the step is idempotent, retry it)",
         status=0, reason="Timeout" if "timeout" in what else "Unreachable",
         request=request)
+
+
+def pod_listing(namespace: str | None, label_selector: str | None,
+                field_selector: str | None) -> tuple[str, dict[str, str | None]]:
+    """A pod listing's label in errors ("GET /api/v1/pods?fieldSelector=...") and its query
+    parameters, the same for both readers (this one and the official client's)."""
+    selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
+    query = "&".join(f"{k}={v}" for k, v in selectors.items() if v)
+    where = "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
+    return f"GET {where}?{query}".rstrip("?"), selectors
