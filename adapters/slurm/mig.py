@@ -125,6 +125,10 @@ class CheckGresAction(_SlurmAction):
     name: ClassVar[str] = "slurm.check_gres"
     Arguments: ClassVar[type[StrictArguments]] = CheckGresArguments
 
+    def operations(self, args: object) -> tuple[str, ...]:
+        # without gpus= it counts the GPUs on the node (srun)
+        return ("run_on_node",) if getattr(args, "gpus", None) is None else ()
+
     def plan(self, args: CheckGresArguments) -> list[str]:
         lines = []
         gpus = str(args.gpus) if args.gpus else "the GPUs counted"
