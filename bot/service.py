@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy import select as sa_select
@@ -53,6 +53,10 @@ class Preapproval:
     plan_hash: str
     approvers: tuple[str, ...]
     subject: str  # where they were collected: "schedule 3", "window 2"
+
+
+# Service.from_config's inventory until the first read lists the pools.
+NOT_LISTED_YET = params.Inventory()
 
 
 @dataclass
@@ -95,11 +99,25 @@ class Service:
             db=engine,
             catalogue=parts.catalogue,
             checks=parts.checks,
-            inventory=parts.inventory,
+            inventory=NOT_LISTED_YET,  # listed at first use: see __getattr__
             warnings=parts.warnings,
             backends=parts.backends,
             live_inventory=parts.live,
         )
+
+    def __post_init__(self) -> None:
+        if self.inventory is NOT_LISTED_YET:
+            if self.live_inventory is None:
+                raise ValueError("an inventory listed at first use needs live_inventory")
+            del self.inventory  # the first read lists the pools (__getattr__)
+
+    if not TYPE_CHECKING:  # hidden from mypy, which would allow any attribute otherwise
+        def __getattr__(self, name: str) -> Any:
+            """Only ever ``inventory`` before its first listing: commands that never read
+            it (status, approve, cancel...) never wait on Slurm or Kubernetes."""
+            if name != "inventory" or self.__dict__.get("live_inventory") is None:
+                raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
+            return self.refresh_inventory()
 
     # --- runbooks -----------------------------------------------------------------
 

@@ -182,10 +182,12 @@ def transport_error(url: str, request: str, exc: urllib3.exceptions.HTTPError,
         what = f"no answer within {limit:.3g}s (timeout)"
     else:
         what = f"{type(cause).__name__}: {cause}"
+    # a read changed nothing; a write may or may not have reached the API server
+    maybe = ("" if request.startswith("GET ") else " (a change this request carried may "
+             "or may not have been applied: the step is idempotent, retry it)")
     return KubernetesUnavailable(
         f"Kubernetes API not answering at {url}: {request}: {what}; check that the "
-        "API server runs and is reachable (a change this request carried may or may not "
-        "have been applied: the step is idempotent, retry it)",
+        f"API server runs and is reachable{maybe}",
         status=0, reason="Timeout" if "timeout" in what else "Unreachable",
         request=request)
 

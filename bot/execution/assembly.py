@@ -29,10 +29,13 @@ from bot.runbooks.params import Inventory
 class Assembly:
     catalogue: Catalogue
     checks: Checks
-    inventory: Inventory
-    warnings: list[str]
+    warnings: list[str]  # why a pool could not be listed, as of the last listing
     backends: dict[str, Any]  # by adapter name (slurm, kubernetes, prometheus...): for views
-    live: LiveInventory | None = None  # lists the pools again as they change
+    live: LiveInventory  # lists the pools at first use, then again as they change
+
+    @property
+    def inventory(self) -> Inventory:
+        return self.live.current()
 
 
 # Check kinds that read a system: the kind, and how to make its evaluator from the built
@@ -76,6 +79,6 @@ def assemble(config: Config, db: Engine) -> Assembly:
         evaluator = make(config, backends, live.current)
         if evaluator is not None:
             evaluators[kind] = evaluator
-    return Assembly(Catalogue(actions, KNOWN), Checks(evaluators), live.current(),
-                    sources.problems, backends, live)
+    return Assembly(Catalogue(actions, KNOWN), Checks(evaluators), sources.problems, backends,
+                    live)
 

@@ -158,10 +158,13 @@ def _names(config: InventoryConfig) -> dict[str, dict[str, str]]:
 
 
 class LiveInventory:
-    """The inventory of a long-running bot: listed again when older than ``max_age`` seconds
+    """The inventory of a bot: listed at first use, not at start (a command that needs no
+    node list, like ``runbook cancel``, never waits on a Slurm or Kubernetes that does not
+    answer), then listed again when older than ``max_age`` seconds
     (``inventory.refresh_seconds``) at the moment it is asked for, so a plan made after a
     node changed pools (handoff-node) sees its new pool. When a system cannot be asked, the
-    previous listing of it is not kept: ``build`` falls back as it does at start."""
+    previous listing of it is not kept: ``build`` falls back as it does at start, and
+    ``on_problems`` (when set) hears why, at each listing that had a problem."""
 
     def __init__(self, config: InventoryConfig, sources: InventorySources,
                  pools: PoolsConfig | None, mig_layouts: Mapping[str, Mapping[str, int]],
@@ -172,19 +175,22 @@ class LiveInventory:
         self._max_age = max_age
         self._clock = clock
         self._lock = threading.Lock()
-        self._current = self._build()
-        self._built_at = clock()
+        self._current: PoolInventory | None = None
+        self._built_at = 0.0
+        self.on_problems: Callable[[list[str]], None] | None = None
 
     def _build(self) -> PoolInventory:
         config, sources, pools, layouts = self._args
         fresh = InventorySources(sources.slurm, sources.kubernetes)
         inventory = build(config, fresh, pools, layouts, self._floors)
         sources.problems[:] = fresh.problems
+        if fresh.problems and self.on_problems is not None:
+            self.on_problems(list(fresh.problems))
         return inventory
 
     def current(self) -> PoolInventory:
         with self._lock:
-            if self._clock() - self._built_at >= self._max_age:
+            if self._current is None or self._clock() - self._built_at >= self._max_age:
                 self._current = self._build()
                 self._built_at = self._clock()
             return self._current

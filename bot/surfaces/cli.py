@@ -225,9 +225,14 @@ def _bot(args: argparse.Namespace, config: Config | None = None) -> Service:
     from bot.service import Service
 
     bot = Service.from_config(config or _config(args))
-    for warning in bot.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    if bot.live_inventory is not None:  # the pools are listed when a command first needs them
+        bot.live_inventory.on_problems = _warn
     return bot
+
+
+def _warn(problems: list[str]) -> None:
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
 
 
 def _user(args: argparse.Namespace, bot: Service) -> str:

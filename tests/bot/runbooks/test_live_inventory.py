@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bot.config import InventoryConfig
 from bot.config_remediation import PoolsConfig
 from bot.runbooks.inventory import InventorySources, LiveInventory, Seen
+from kit.errors import Refused
 from tests.bot.execution.test_engine import record
 from tests.conftest import BotFactory
 
@@ -48,13 +51,43 @@ def test_the_pools_are_listed_again_once_older_than_refresh_seconds() -> None:
 def test_zero_lists_them_for_every_plan_and_an_outage_falls_back_as_at_start() -> None:
     pools, clock = Pools(), [0.0]
     inventory = live(pools, clock, max_age=0)
+    assert pools.asked == 0  # nothing listed until asked
     inventory.current()
     inventory.current()
-    assert pools.asked == 3
+    assert pools.asked == 2
+    heard: list[list[str]] = []
+    inventory.on_problems = heard.append
     pools.broken = True
     fallen = inventory.current()
     assert fallen.kubernetes == frozenset()  # not a stale pool: nothing from that system
     assert "gpu01" in fallen.slurm
+    assert len(heard) == 1 and "could not list Kubernetes nodes" in heard[0][0]
+    assert "the API server does not answer" in heard[0][0]
+    pools.broken = False
+    inventory.current()
+    assert len(heard) == 1  # a listing without a problem says nothing
+
+
+def test_a_bot_lists_the_pools_only_when_a_command_first_reads_them(
+        make_bot: BotFactory) -> None:
+    """status, approve, cancel... never wait on a Slurm or Kubernetes that does not answer."""
+    from bot.service import NOT_LISTED_YET, Service
+
+    bot = make_bot({})
+    pools, clock = Pools(), [0.0]
+    lazy = Service(config=bot.config, db=bot.db, catalogue=bot.catalogue, checks=bot.checks,
+                   inventory=NOT_LISTED_YET, live_inventory=live(pools, clock))
+    lazy.runbooks()
+    with pytest.raises(Refused):
+        lazy.get(999)  # what status, approve and cancel start with
+    assert pools.asked == 0
+    assert "gpu05" in lazy.inventory.kubernetes and pools.asked == 1
+    assert "gpu05" in lazy.inventory.nodes and pools.asked == 1  # kept until refreshed
+    lazy.inventory = lazy.inventory  # a test (or a window) may set it, as before
+    assert pools.asked == 1
+    with pytest.raises(ValueError, match="needs live_inventory"):
+        Service(config=bot.config, db=bot.db, catalogue=bot.catalogue, checks=bot.checks,
+                inventory=NOT_LISTED_YET)
 
 
 def test_a_plan_takes_the_steps_of_the_pool_the_node_serves_now(make_bot: BotFactory) -> None:

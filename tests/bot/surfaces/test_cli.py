@@ -9,9 +9,11 @@ import json
 import os
 import pwd
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
@@ -378,3 +380,64 @@ def test_a_weakened_guard_needs_break_glass_and_one_more_approval(
     assert journal(lab_env) == ["floor 0"]
     described = cli_here("describe", "floor", env=lab_env).stdout
     assert "a lower value weakens a guard: break-glass" in described
+
+
+class SilentApi:
+    """A Kubernetes API server that accepts connections and never answers (hung): counts
+    the connections, so a test sees which commands asked it."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.connections: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:  # closed
+                return
+            self.connections.append(conn)  # kept open, never answered
+
+    def close(self) -> None:
+        self.server.close()
+        for conn in self.connections:
+            conn.close()
+
+
+def test_commands_that_need_no_node_list_never_wait_on_a_hung_cluster(
+        lab_env: dict[str, str], tmp_path: Path) -> None:
+    """The pools are listed when a command first needs them (a plan), not when the bot
+    starts: with the Kubernetes API hung, cancel, status, approve... do not ask it."""
+    api = SilentApi()
+    try:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "hung",
+            "clusters": [{"name": "hung", "cluster": {"server": f"http://127.0.0.1:{api.port}"}}],
+            "users": [{"name": "bot", "user": {"token": "t"}}],
+            "contexts": [{"name": "hung", "context": {"cluster": "hung", "user": "bot"}}]}))
+        config = yaml.safe_load(Path(lab_env["RUNBOOK_CONFIG"]).read_text())
+        config["kubernetes"] = {"kubeconfig": str(kubeconfig), "request_timeout": 1}
+        Path(lab_env["RUNBOOK_CONFIG"]).write_text(yaml.safe_dump(config))
+
+        asked = cli_here("run", "guarded", "node=gpu02", "--as", "alice", env=lab_env)
+        assert asked.returncode == 0, asked.stderr
+        assert "warning: could not list Kubernetes nodes" in asked.stderr  # a plan lists
+        assert "using the configured list" in asked.stderr
+        assert "may or may not have been applied" not in asked.stderr  # a read: no change
+        execution_id = asked.stdout.split()[1]
+        seen = len(api.connections)
+        assert seen >= 1
+        for args in (["status", execution_id], ["show", execution_id], ["history"],
+                     ["list"], ["describe", "guarded"], ["approve", execution_id, "--as",
+                                                          "carol"],
+                     ["cancel", execution_id, "--as", "alice"]):
+            done = cli_here(*args, env=lab_env)
+            assert done.returncode == 0, (args, done.stderr)
+            assert "could not list" not in done.stderr, args
+            assert len(api.connections) == seen, f"runbook {' '.join(args)} asked the API"
+        assert "cancelled" in cli_here("status", execution_id, env=lab_env).stdout
+    finally:
+        api.close()
