@@ -85,7 +85,7 @@ class _Drain:
         self.check_every = FIRST_CHECK
         self.check_at = time.monotonic() + self.check_every
 
-    def _full(self) -> bool:
+    def _full(self) -> bool:  # max_parallel pods evicted and not gone yet
         return bool(self.args.max_parallel) and len(self.leaving) >= self.args.max_parallel
 
     def evict_due(self) -> None:
@@ -147,17 +147,23 @@ class _Drain:
             (self.leaving if pod.deleting else self.pending)[pod.key] = pod
         self.ctx.progress(f"new pods on {self.args.node}: {listed([p.key for p in late])}")
 
-    def next_wake(self, deadline: float) -> float:
-        """The ``time.monotonic()`` of the next thing to do: a check, a retry, an eviction."""
+    def next_wake(self, deadline: float, evict_at: float | None = None) -> float:
+        """The ``time.monotonic()`` of the next thing to do: a check, a retry, an eviction.
+        ``evict_at``: when a shared eviction budget allows the next call (default: now)."""
+        now = time.monotonic()
         wake = [deadline]
         if self.leaving:
             wake.append(self.check_at)
         for key in self.pending:
-            if key in self.retry_at:
+            if self.retry_at.get(key, 0.0) > now:
                 wake.append(self.retry_at[key])
-            elif not self._full():
-                wake.append(time.monotonic())
+            elif not self._full():  # full: the next departure check frees a place
+                wake.append(now if evict_at is None else evict_at)
         return min(wake)
+
+    def check_departures_when_due(self) -> None:
+        if self.leaving and time.monotonic() >= self.check_at:
+            self.check_departures()
 
     def timeout_text(self, limit: float) -> str:
         """The pods still there and what blocks them, with the budget to look at."""
@@ -234,8 +240,7 @@ class DrainAction(KubernetesAction):
         ctx = drain.ctx
         while drain.pending or drain.leaving:
             drain.evict_due()
-            if drain.leaving and time.monotonic() >= drain.check_at:
-                drain.check_departures()
+            drain.check_departures_when_due()
             if not drain.pending and not drain.leaving:
                 break
             if time.monotonic() >= deadline:

@@ -152,8 +152,7 @@ class _Fleet:
             self.current = name
             before = drain.refusals
             drain.evict_due()
-            if drain.leaving and time.monotonic() >= drain.check_at:
-                drain.check_departures()
+            drain.check_departures_when_due()
             self.refusals += drain.refusals - before
             self._judge(name, drain)
 
@@ -172,16 +171,9 @@ class _Fleet:
 
     def next_wake(self) -> float:
         """When there is something to do: a departure check, a retry, a token to evict."""
-        wake = [self.ctx.deadline]
-        for drain in self.active.values():
-            if drain.leaving:
-                wake.append(drain.check_at)
-            for key in drain.pending:
-                if key in drain.retry_at and drain.retry_at[key] > time.monotonic():
-                    wake.append(drain.retry_at[key])
-                elif not drain._full():
-                    wake.append(self.budget.next_at())
-        return min(wake)
+        deadline, evict_at = self.ctx.deadline, self.budget.next_at()
+        return min([deadline, *(drain.next_wake(deadline, evict_at)
+                                for drain in self.active.values())])
 
     def account(self) -> str:
         """Which nodes are where: for an error that says what the undo will find."""
