@@ -37,7 +37,7 @@ from bot.runbooks.catalogue import Catalogue
 from bot.runbooks.params import Inventory
 from bot.service import Service
 from bot.store import audit, db
-from bot.store.schema import approvals, proposals
+from bot.store.schema import approvals, locks, proposals
 from bot.store.words import Kind
 from kit.canonical import canonical
 from kit.errors import Refused
@@ -67,7 +67,11 @@ def _runbook(name: str, required: int) -> dict[str, Any]:
     }
 
 
-RUNBOOKS = {"one": _runbook("one", 1), "two": _runbook("two", 2)}
+RUNBOOKS = {"one": _runbook("one", 1), "two": _runbook("two", 2), "fleet": {
+    # a set of nodes, as drain-nodes takes it: every node of the set is locked
+    "name": "fleet", "version": "1.0.0", "summary": "race test, a set of nodes",
+    "risk": "medium", "params": {"nodes": {"type": "nodes", "required": True}},
+    "steps": [{"id": "a", "action": "test.record", "with": {"key": "{{ nodes }}"}}]}}
 
 
 ALERT_RULES = [{"match": {"alertname": "GpuRace"}, "runbook": "one",
@@ -93,6 +97,8 @@ def _decide(bot: Service, op: str, execution_id: int, user: str) -> str:
         return f"execution {proposing.run(bot, execution_id, user)}"
     if op == "proposal_dismiss":
         return proposing.dismiss(bot, execution_id, user, "racing").state
+    if op.startswith("request "):  # a request of the set after the word
+        return f"execution {bot.request('fleet', {'nodes': op.split(' ', 1)[1]}, user)}"
     if op == "alert":  # the same new firing, as a retry or a second replica receives it
         made = proposing.receive(bot, proposing.parse(json.dumps({
             "version": "4", "status": "firing", "alerts": [{
@@ -251,6 +257,21 @@ class Racers:
                     if e["kind"] == Kind.REQUESTED and e["data"].get("params") == {
                         "ticket": ticket}]
         return proposing.get(self.bot, proposal_id), outcomes, made
+
+    def race_requests(self, first: str, second: str) -> list[Outcome]:
+        """Two requests of the "fleet" runbook over these sets, at the same moment."""
+        self.trials += 1
+        sides = [(f"request {first}", REQUESTER), (f"request {second}", REQUESTER)]
+        if self.trials % 2 == 0:
+            sides.reverse()
+        answers = self.workers.decide(self.url, self.folder, 0, sides, [0.0, 0.0])
+        outcomes = [Outcome(*sides[i], *answers[i]) for i in range(2)]
+        assert not [o for o in outcomes if o.result == "error"], outcomes
+        return outcomes
+
+    def held(self) -> dict[str, int]:
+        with self.bot.db.connect() as conn:
+            return {row.name: row.execution_id for row in conn.execute(select(locks))}
 
     def look(self, execution_id: int) -> Trial:
         with self.bot.db.connect() as conn:
@@ -427,3 +448,20 @@ def test_one_new_alert_received_twice_at_once_makes_one_proposal(racers: Racers)
         assert sorted(detail for _, detail in answers) == [
             "none", f"proposal {rows[0][0]} open"], where
     assert audit.verify(racers.bot.db).ok
+
+
+def test_two_overlapping_sets_requested_at_once_lock_all_or_nothing(racers: Racers) -> None:
+    """gpu[01-03] and gpu[03-04] at the same moment: one request takes all its nodes, the
+    other is refused naming the node they share and holds none (no half-taken set)."""
+    for _ in range(trials(racers, PROPOSAL_TRIALS)):
+        outcomes = racers.race_requests("gpu[01-03]", "gpu[03-04]")
+        done = [o for o in outcomes if o.result == "done"]
+        refused = [o for o in outcomes if o.result == "refused"]
+        assert len(done) == 1 and len(refused) == 1, outcomes
+        assert re.search(r"node:gpu03 is held by execution \d+", refused[0].detail), refused
+        winner = int(done[0].detail.split()[1])
+        wanted = (["gpu01", "gpu02", "gpu03"] if done[0].op.endswith("gpu[01-03]")
+                  else ["gpu03", "gpu04"])
+        assert racers.held() == {f"node:{node}": winner for node in wanted}
+        racers.bot.cancel(winner, REQUESTER)  # its locks go with it
+        assert racers.held() == {}
