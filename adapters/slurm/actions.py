@@ -152,6 +152,21 @@ class _SlurmAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
             )
         return found
 
+    def _resume(self, names: list[str]) -> str | None:
+        """``scontrol update State=RESUME`` of ``names``; Slurm's warning when it answered
+        one it need not have, else None."""
+        try:
+            self.backend.update_nodes(names, "RESUME", None)
+        except SlurmError as exc:
+            # Slurm 22.05 clears DRAIN on never-registered (UNKNOWN) nodes but still
+            # answers "Invalid node state specified": judge by what the nodes show now.
+            if "Invalid node state specified" not in str(exc):
+                raise
+            if any("DRAIN" in n.flags for n in self._read(names, with_jobs=False)):
+                raise
+            return exc.stderr
+        return None
+
     def _wait_nodes(self, names: list[str], ctx: ActionContext, limit: float, poll: float,
                     done: Callable[[NodeInfo], bool], what: str) -> list[NodeInfo]:
         """Poll until ``done`` holds for every node; ActionTimeout naming the rest."""
@@ -210,17 +225,9 @@ class ResumeAction(_SlurmAction):
         skipped = [n.name for n in nodes if n.name not in todo]
         details: dict[str, Any] = {"resumed": todo, "already_in_service": skipped}
         if todo:
-            try:
-                self.backend.update_nodes(todo, "RESUME", None)
-            except SlurmError as exc:
-                # Slurm 22.05 clears DRAIN on never-registered (UNKNOWN) nodes but still
-                # answers "Invalid node state specified": judge by what the nodes show now.
-                if "Invalid node state specified" not in str(exc):
-                    raise
-                still = [n.name for n in self._read(todo, with_jobs=False) if "DRAIN" in n.flags]
-                if still:
-                    raise
-                details["scontrol_warning"] = exc.stderr
+            warning = self._resume(todo)
+            if warning is not None:
+                details["scontrol_warning"] = warning
             ctx.progress(f"resumed {compress(todo)}")
         if args.wait:
             after = self._wait_nodes(args.names, ctx, args.wait_timeout, 0.5,

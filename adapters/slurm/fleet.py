@@ -14,7 +14,7 @@ from adapters.actions import ActionContext, ActionResult, StrictArguments
 from adapters.fleetstatus import NodeStates
 from adapters.slurm import commands
 from adapters.slurm.actions import _check_text, _NodesArguments, _SlurmAction
-from adapters.slurm.backend import NodeInfo, SlurmError
+from adapters.slurm.backend import NodeInfo
 from adapters.slurm.hostlist import compress
 
 PLACEHOLDER = "(execution <this execution>)"
@@ -116,17 +116,6 @@ class ResumeBatchesAction(_SlurmAction):
         if left and args.only_this_run:
             summary += f"; {compress(left)} not drained by this execution (left as they are)"
         return ActionResult(summary, details)
-
-    def _resume(self, names: list[str]) -> None:
-        try:
-            self.backend.update_nodes(names, "RESUME", None)
-        except SlurmError as exc:
-            # Slurm 22.05 clears DRAIN on never-registered nodes but still answers "Invalid
-            # node state specified" (as slurm.resume): judge by what the nodes show now
-            if "Invalid node state specified" not in str(exc):
-                raise
-            if any("DRAIN" in n.flags for n in self._read(names, with_jobs=False)):
-                raise
 
 
 FLEET_ACTIONS: tuple[type[_SlurmAction], ...] = (DrainBatchesAction, ResumeBatchesAction)

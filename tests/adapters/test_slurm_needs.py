@@ -4,8 +4,8 @@ A plan is refused before approval when the configured backend cannot carry out o
 steps' operations (``NeedsOperations.refusal``: slurmrestd 22.05 cannot drain, pyslurm cannot
 reboot). That holds only if each action's ``needs`` lists what it really calls, and the lists
 are kept by hand: this test reads each action's code (its class and the classes it inherits
-from in adapters/slurm) for calls ``self.backend.<write>(...)`` and checks each one is
-declared. Reads (nodes, jobs, reservations, accounting, ...) work on every backend.
+from in adapters/slurm) for calls ``self.backend.<write>(...)``, from ``run`` and the methods
+it calls on ``self``, and checks each one is declared. Reads (nodes, jobs, reservations, accounting, ...) work on every backend.
 """
 
 from __future__ import annotations
@@ -44,20 +44,40 @@ def slurm_actions() -> list[ActionClass]:
     return sorted(found.values(), key=lambda cls: cls.name)
 
 
+def _self_call(node: ast.AST, via: str | None = None) -> str | None:
+    """``X`` of a call ``self.X(...)`` (``via="backend"``: of ``self.backend.X(...)``)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return None
+    owner = node.func.value
+    if via is not None:
+        if not (isinstance(owner, ast.Attribute) and owner.attr == via):
+            return None
+        owner = owner.value
+    return node.func.attr if isinstance(owner, ast.Name) and owner.id == "self" else None
+
+
 def backend_calls(cls: type) -> set[str]:
-    """The ``self.backend.X(...)`` calls in the code of ``cls`` and its bases in adapters."""
+    """The ``self.backend.X(...)`` calls ``run`` makes, itself or through the methods it
+    calls as ``self.m(...)``, in the code of ``cls`` and its bases in adapters/slurm."""
+    methods: dict[str, ast.AST] = {}
+    for klass in reversed(cls.__mro__):  # a subclass's method replaces its base's
+        if klass.__module__.startswith("adapters.slurm"):
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+            for item in tree.body[0].body:  # type: ignore[attr-defined]
+                if isinstance(item, ast.FunctionDef):
+                    methods[item.name] = item
     called: set[str] = set()
-    for klass in cls.__mro__:
-        if not klass.__module__.startswith("adapters.slurm"):
+    todo, seen = ["run"], set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in methods:
             continue
-        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and isinstance(node.func.value, ast.Attribute)
-                    and node.func.value.attr == "backend"
-                    and isinstance(node.func.value.value, ast.Name)
-                    and node.func.value.value.id == "self"):
-                called.add(node.func.attr)
+        seen.add(name)
+        for node in ast.walk(methods[name]):
+            if (write := _self_call(node, via="backend")) is not None:
+                called.add(write)
+            elif (method := _self_call(node)) is not None:
+                todo.append(method)
     return called
 
 
