@@ -5,7 +5,8 @@ steps' operations (``NeedsOperations.refusal``: slurmrestd 22.05 cannot drain, p
 reboot). That holds only if each action's ``needs`` lists what it really calls, and the lists
 are kept by hand: this test reads each action's code (its class and the classes it inherits
 from in adapters/slurm) for calls ``self.backend.<write>(...)``, from ``run`` and the methods
-it calls on ``self``, and checks each one is declared. Reads (nodes, jobs, reservations, accounting, ...) work on every backend.
+it calls on ``self``, and checks each one is declared. Reads (nodes, jobs, reservations,
+accounting, ...) work on every backend.
 """
 
 from __future__ import annotations
