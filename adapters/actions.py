@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -18,6 +18,17 @@ from kit.durations import parse_duration
 
 # A duration argument, in kit.durations' grammar: seconds, or text like "90s", "30m", "1h30m".
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+
+
+# ``takes_out = (WHOLE_POOL,)``: the action takes nodes of a whole pool out, as its
+# operator chooses (the GPU Operator's driver upgrade), not nodes named in its arguments.
+WHOLE_POOL = "*"
+
+
+def takes_out(action: Any) -> tuple[str, ...]:
+    """The arguments of ``action`` (an Action or its class) that name the nodes it takes out
+    of service; () for one that takes nothing out."""
+    return tuple(getattr(action, "takes_out", ()))
 
 
 class ActionError(Exception):
@@ -82,6 +93,10 @@ class ActionContext:
     cancelled: Callable[[], bool] = lambda: False
     stop: threading.Event = field(default_factory=threading.Event)
     stop_reason: str = ""
+    # set by the engine from the plan's capacity guard: raises ActionError, with the guard's
+    # verdict, when taking these nodes (the bot's names) out now would leave a pool under
+    # its floor. An action that takes nodes out in batches calls guard_capacity before each.
+    capacity_guard: Callable[[Sequence[str]], str] | None = None
 
     def remaining(self) -> float:
         """Seconds left before the deadline (never negative)."""
@@ -105,6 +120,13 @@ class ActionContext:
         if time.monotonic() >= self.deadline:
             raise ActionTimeout(f"{self.step_id}: timed out while {what}")
 
+    def guard_capacity(self, nodes: Sequence[str]) -> None:
+        """Before taking ``nodes`` out: ActionError when the capacity guard says no (its
+        verdict as the message); the verdict is published as progress when it says yes.
+        Nothing is checked when the engine set no guard (a runbook without one)."""
+        if self.capacity_guard is not None:
+            self.progress(f"capacity guard: {self.capacity_guard(nodes)}")
+
     def pause(self, seconds: float) -> float:
         """How long to sleep before the next poll: ``seconds``, capped at MAX_PAUSE and at
         the deadline (never negative)."""
@@ -126,6 +148,11 @@ class Action(Protocol):
     Arguments: ClassVar[type[StrictArguments]]
     # Actions are idempotent unless they say otherwise (class attribute ``idempotent =
     # False``): the engine never re-runs such a step blindly after a crash in it.
+    # An action that takes GPUs out of service (a drain, a cordon, a reservation that keeps
+    # jobs off, a reboot, a driver or MIG change) says so with ``takes_out``: the names of
+    # its arguments that hold those nodes, or WHOLE_POOL for one that acts on a whole pool
+    # (the GPU Operator's driver). A runbook step that calls one must be covered by a
+    # capacity guard (bot.runbooks.loading, bot.execution.planning).
 
     def plan(self, args: Any) -> list[str]:
         """The concrete operations ``run`` would perform, one line each; no side effects."""

@@ -285,6 +285,8 @@ class Service:
         reasons = [f"capacity guard: {check.name}: {outcome.detail}" for check, outcome in short
                    if not outcome.passed]
         reasons += [guard.describe() for guard in weakened]
+        plan = dataclasses.replace(plan, capacity=[
+            f"{check.name}: {outcome.detail}" for check, outcome in short])
         if not reasons:
             return plan
         if not break_glass:

@@ -110,6 +110,7 @@ class WaitLabelsArguments(NodeSetArguments):
 
 class CordonAction(KubernetesAction):
     name: ClassVar[str] = "k8s.cordon"
+    takes_out: ClassVar[tuple[str, ...]] = ("node",)
     Arguments: ClassVar[type[StrictArguments]] = NodeArguments
 
     def plan(self, args: NodeArguments) -> list[str]:
@@ -146,6 +147,7 @@ class CordonNodesAction(KubernetesAction):
     nodes that were already cordoned are left as they are, unannotated."""
 
     name: ClassVar[str] = "k8s.cordon_nodes"
+    takes_out: ClassVar[tuple[str, ...]] = ("nodes",)
     Arguments: ClassVar[type[StrictArguments]] = NodesArguments
 
     def plan(self, args: NodesArguments) -> list[str]:
@@ -248,6 +250,7 @@ class LabelAction(KubernetesAction):
 
 class TaintAction(KubernetesAction):
     name: ClassVar[str] = "k8s.taint"
+    takes_out: ClassVar[tuple[str, ...]] = ("node",)
     Arguments: ClassVar[type[StrictArguments]] = TaintArguments
 
     def plan(self, args: TaintArguments) -> list[str]:

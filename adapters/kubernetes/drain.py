@@ -196,6 +196,7 @@ class DrainAction(KubernetesAction):
     """Cordon, evict every pod but DaemonSet and mirror pods, wait until they are gone."""
 
     name: ClassVar[str] = "k8s.drain"
+    takes_out: ClassVar[tuple[str, ...]] = ("node",)
     Arguments: ClassVar[type[StrictArguments]] = DrainArguments
 
     def plan(self, args: DrainArguments) -> list[str]:

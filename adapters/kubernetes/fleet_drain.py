@@ -195,6 +195,7 @@ class DrainNodesAction(KubernetesAction):
     budget; stops at the first node that fails (the undo uncordons what this run cordoned)."""
 
     name: ClassVar[str] = "k8s.drain_nodes"
+    takes_out: ClassVar[tuple[str, ...]] = ("nodes",)
     Arguments: ClassVar[type[StrictArguments]] = DrainNodesArguments
 
     def plan(self, args: DrainNodesArguments) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from adapters.actions import (
+    WHOLE_POOL,
     ActionContext,
     ActionError,
     ActionResult,
@@ -96,6 +97,7 @@ class _OperatorAction(KubernetesAction):
 
 class SetDriverVersionAction(_OperatorAction):
     name: ClassVar[str] = "gpu_operator.set_driver_version"
+    takes_out: ClassVar[tuple[str, ...]] = (WHOLE_POOL,)
     Arguments: ClassVar[type[StrictArguments]] = SetDriverVersionArguments
 
     def _patch(self, args: SetDriverVersionArguments) -> dict[str, Any]:

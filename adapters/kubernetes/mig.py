@@ -63,6 +63,7 @@ def _failed(node: Node, layout: str | None) -> ActionError:
 
 class SetMigLayoutAction(_OperatorAction):
     name: ClassVar[str] = "gpu_operator.set_mig_layout"
+    takes_out: ClassVar[tuple[str, ...]] = ("node",)
     Arguments: ClassVar[type[StrictArguments]] = MigLayoutArguments
 
     def plan(self, args: MigLayoutArguments) -> list[str]:

@@ -41,6 +41,7 @@ class RequestRebootAction(KubernetesAction):
     label removed, so a late agent does not reboot it unannounced) and the step fails."""
 
     name: ClassVar[str] = "k8s.request_reboot"
+    takes_out: ClassVar[tuple[str, ...]] = ("node",)
     Arguments: ClassVar[type[StrictArguments]] = RequestRebootArguments
 
     @property

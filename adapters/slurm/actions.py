@@ -187,6 +187,7 @@ class _SlurmAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
 
 class DrainAction(_SlurmAction):
     name: ClassVar[str] = "slurm.drain"
+    takes_out: ClassVar[tuple[str, ...]] = ("nodes",)
     Arguments: ClassVar[type[StrictArguments]] = DrainArguments
     needs: ClassVar[tuple[str, ...]] = ("update_nodes",)
 
@@ -299,6 +300,7 @@ class WaitIdleAction(_SlurmAction):
 
 class ReservationCreateAction(_SlurmAction):
     name: ClassVar[str] = "slurm.reservation_create"
+    takes_out: ClassVar[tuple[str, ...]] = ("nodes",)
     Arguments: ClassVar[type[StrictArguments]] = ReservationCreateArguments
     needs: ClassVar[tuple[str, ...]] = ("create_reservation",)
 
@@ -354,6 +356,7 @@ class ReservationDeleteAction(_SlurmAction):
 
 class RebootAction(_SlurmAction):
     name: ClassVar[str] = "slurm.reboot"
+    takes_out: ClassVar[tuple[str, ...]] = ("nodes",)
     Arguments: ClassVar[type[StrictArguments]] = RebootArguments
     needs: ClassVar[tuple[str, ...]] = ("reboot",)
 

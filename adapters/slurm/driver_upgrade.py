@@ -119,6 +119,7 @@ class DriverUpgradeAction(DriverRolloutAction):
     """
 
     name: ClassVar[str] = "slurm.driver_upgrade"
+    takes_out: ClassVar[tuple[str, ...]] = ("canary", "nodes")
     Arguments: ClassVar[type[StrictArguments]] = UpgradeArguments
 
     def __init__(self, backend: SlurmBackend, config: SlurmConfig,
@@ -172,6 +173,7 @@ class DriverUpgradeAction(DriverRolloutAction):
         progress.done += [n for n in nodes if state.done.get(n, "").startswith("on driver")]
         bad = [f"{n}: {o} (left drained)" for n, o in state.done.items()
                if o.startswith(("FAILED", "STOPPED"))]
+        bad += [state.refused] if state.refused else []
         left = [n for n in nodes if n not in state.done] + later
         if ctx.stop.is_set():
             raise ActionStopped(progress.stopped(

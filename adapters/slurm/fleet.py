@@ -45,6 +45,7 @@ class ResumeBatchesArguments(_NodesArguments):
 
 class DrainBatchesAction(_SlurmAction):
     name: ClassVar[str] = "slurm.drain_batches"
+    takes_out: ClassVar[tuple[str, ...]] = ("nodes",)
     Arguments: ClassVar[type[StrictArguments]] = DrainBatchesArguments
     needs: ClassVar[tuple[str, ...]] = ("update_nodes",)
 

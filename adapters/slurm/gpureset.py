@@ -60,6 +60,7 @@ class GpuResetAction(_SlurmAction):
     never a reason to fall back: it ends the step where it is."""
 
     name: ClassVar[str] = "slurm.gpu_reset"
+    takes_out: ClassVar[tuple[str, ...]] = ("node",)
     Arguments: ClassVar[type[StrictArguments]] = GpuResetArguments
     needs: ClassVar[tuple[str, ...]] = (
         "run_on_node", "update_nodes", "reboot",

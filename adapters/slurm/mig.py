@@ -77,6 +77,7 @@ class MigApplyAction(_SlurmAction):
     runbook's undo (mig-reconfigure resumes it)."""
 
     name: ClassVar[str] = "slurm.mig_apply"
+    takes_out: ClassVar[tuple[str, ...]] = ("node",)
     Arguments: ClassVar[type[StrictArguments]] = MigApplyArguments
     needs: ClassVar[tuple[str, ...]] = ("run_on_node", "update_nodes")
 

@@ -57,6 +57,7 @@ class PoolLeaveAction(_SlurmAction):
     """Refuses a node drained for another reason: it is out of service, not free to go."""
 
     name: ClassVar[str] = "slurm.pool_leave"
+    takes_out: ClassVar[tuple[str, ...]] = ("node",)
     Arguments: ClassVar[type[StrictArguments]] = LeaveArguments
     needs: ClassVar[tuple[str, ...]] = ("update_nodes", "update_features")
 

@@ -55,6 +55,8 @@ class _Run:
     stop: threading.Event = field(default_factory=threading.Event)
     done: dict[str, str] = field(default_factory=dict)  # node -> outcome
     lock: threading.Lock = field(default_factory=threading.Lock)
+    taking: threading.Lock = field(default_factory=threading.Lock)  # guard + drain, one node
+    refused: str = ""  # the capacity guard's verdict that stopped the rollout
     previous: dict[str, str] = field(default_factory=dict)  # node -> driver before (read_previous)
 
     def record(self, node: str, outcome: str) -> None:
@@ -69,8 +71,11 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
     maintenance (MAINT, IGNORE_JOBS), resume it inside the reservation (so jobs can run there
     but nobody else's), run the site's driver command with the target version through srun,
     ``scontrol reboot ASAP nextstate=RESUME``, wait until the node is back, run the health
-    check, read the driver version back, and delete the reservation. Commands are the
-    configured ones (``SlurmConfig.commands``); nodes already in flight when one fails finish.
+    check, read the driver version back, and delete the reservation. Before each node's
+    drain the capacity guard is asked again with the numbers of that moment
+    (``ctx.guard_capacity``): a refusal stops the rollout there, that node untouched.
+    Commands are the configured ones (``SlurmConfig.commands``); nodes already in flight when
+    one fails finish.
 
     A stop (cancel, lost claim, the step's timeout) is looked at before every change and at
     least every second while waiting: the nodes in flight are left drained (their driver is
@@ -79,6 +84,7 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
     """
 
     name: ClassVar[str] = "slurm.driver_rollout"
+    takes_out: ClassVar[tuple[str, ...]] = ("nodes",)
     Arguments: ClassVar[type[StrictArguments]] = RolloutArguments
     needs: ClassVar[tuple[str, ...]] = (
         "update_nodes", "create_reservation", "delete_reservation",
@@ -124,9 +130,10 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
                 f"{ctx.step_id}: driver rollout stopped: {ctx.stop_reason or 'asked to stop'}"
                 + "".join(f"; {n}: {o}" for n, o in {**failed, **stopped}.items())
                 + (f"; not started: {hostlist.compress(untouched)}" if untouched else ""))
-        if failed:
+        if failed or state.refused:
             raise ActionError(
-                "; ".join(f"{n}: {o}" for n, o in failed.items())
+                "; ".join([*(f"{n}: {o}" for n, o in failed.items()),
+                           *([state.refused] if state.refused else [])])
                 + (f"; not started: {hostlist.compress(untouched)}" if untouched else "")
             )
         return ActionResult(summary=f"{len(nodes)} node(s) now on driver {args.version}",
@@ -150,7 +157,12 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
         deadline = min(time.monotonic() + args.node_timeout, ctx.deadline)
         res = _reservation(node)
         try:
-            self.backend.update_nodes([node], "DRAIN", f"{args.reason} -> {args.version}")
+            # the guard and the drain as one: two nodes starting at once never both pass
+            # on GPUs only one of them may take
+            with state.taking:
+                if not self._guarded(state, node):
+                    return
+                self.backend.update_nodes([node], "DRAIN", f"{args.reason} -> {args.version}")
             self._wait(state, lambda: not [j for j in self.backend.jobs([node]) if j.active],
                        deadline, f"{node}: its jobs to end")
             ctx.checkpoint(f"{node}: reserving it")
@@ -186,6 +198,20 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
             state.stop.set()
             self._leave_drained(node, res, f"driver {args.version} failed: {exc}")
             state.record(node, f"FAILED: {exc}")
+
+    def _guarded(self, state: _Run, node: str) -> bool:
+        """The capacity guard lets ``node`` go out now; else the rollout stops there, the
+        node untouched (not started), and the verdict is the step's error."""
+        if state.stop.is_set():
+            return False
+        try:
+            state.ctx.guard_capacity([node])
+        except ActionError as exc:
+            state.stop.set()
+            state.refused = str(exc)
+            state.ctx.progress(f"{node}: not started: {exc}")
+            return False
+        return True
 
     def _leave_drained(self, node: str, res: str, reason: str) -> None:
         try:

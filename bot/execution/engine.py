@@ -29,7 +29,7 @@ from adapters.actions import (
     ActionTimeout,
 )
 from bot.config import Config
-from bot.execution import executions, locking
+from bot.execution import capacity_guard, executions, locking
 from bot.execution.checks.core import Checks, Outcome
 from bot.execution.executions import ACTIVE, Execution, expire_if_due
 from bot.execution.planning import Plan, PlannedCall, PlannedCheck, PlannedStep
@@ -631,6 +631,7 @@ class Engine:
             fencing_token=ex.fencing_token,
             progress=lambda line: self.report(ex.id, f"step {step.id}: {line}"),
             status=lambda data: self._save_status(claim, ex, step, phase, data),
+            capacity_guard=capacity_guard.batch_guard(ex.plan, self.bot.checks.evaluate),
         )
         box: dict[str, Any] = {}
 

@@ -18,6 +18,7 @@ from adapters.actions import ActionError
 from adapters.prometheus.promql import escape_label_value
 from adapters.slurm import hostlist
 from bot.config import Config
+from bot.execution import capacity_guard
 from bot.runbooks import templating
 from bot.runbooks.catalogue import Catalogue, NotConfigured
 from bot.runbooks.loading import LoadedRunbook
@@ -114,11 +115,15 @@ class Plan:
     propose_on_failure: dict[str, Any] | None = None
     # advice for the approvers (a repeat offender): shown, kept, not part of the hash
     warnings: list[str] = field(default_factory=list)
+    # the capacity guard's numbers when the plan was made (which nodes are counted, which
+    # are already out): shown, kept, not part of the hash (they change by the minute)
+    capacity: list[str] = field(default_factory=list)
 
     def body(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("hash")
         data.pop("warnings")
+        data.pop("capacity")
         if data["propose_on_failure"] is None:  # absent unless set: other plans keep hashes
             data.pop("propose_on_failure")
         if not data["outside_window"]:  # absent unless set: other plans keep their hashes
@@ -128,7 +133,8 @@ class Plan:
         return data
 
     def to_json(self) -> str:
-        advice = {"warnings": self.warnings} if self.warnings else {}
+        advice = {**({"warnings": self.warnings} if self.warnings else {}),
+                  **({"capacity": self.capacity} if self.capacity else {})}
         return canonical({**self.body(), **advice, "hash": self.hash})
 
 
@@ -171,6 +177,9 @@ def make_plan(
         follow_up = _plan_follow_up(runbook, context)
     except templating.TemplateProblem as exc:
         raise PlanError(str(exc)) from exc
+    unguarded = capacity_guard.uncovered(steps, pre, inventory, catalogue.takes_out)
+    if unguarded:
+        raise PlanError("; ".join(unguarded))
     plan = Plan(
         runbook=runbook.name,
         version=runbook.version,

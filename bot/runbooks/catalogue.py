@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from adapters.actions import Action, StrictArguments
+from adapters.actions import Action, StrictArguments, takes_out
 from adapters.host import HostRunAction
 from adapters.notify import ConfirmAction, Confirmations, NotifyAction
 from adapters.registry import registered
@@ -22,6 +22,13 @@ KNOWN: dict[str, tuple[type[StrictArguments], str]] = {
     **{cls.name: (cls.Arguments, adapter.section)
        for adapter in registered() for cls in adapter.action_classes},
 }
+
+# Every shipped action that takes GPUs out of service -> the arguments naming its nodes
+# (adapters.actions.takes_out): a runbook step calling one needs a capacity guard.
+TAKES_OUT: dict[str, tuple[str, ...]] = {
+    cls.name: takes_out(cls)
+    for adapter in registered() for cls in adapter.action_classes if takes_out(cls)
+}  # the bot's own actions (notify, confirm, host.run) take nothing out
 
 
 class NotConfigured(KeyError):
@@ -60,6 +67,11 @@ class Catalogue:
         names = {name: known[0] for name, known in self._known.items()}
         names.update({name: action.Arguments for name, action in self._actions.items()})
         return names
+
+    def takes_out(self, name: str) -> tuple[str, ...]:
+        """The arguments of action ``name`` that hold the nodes it takes out of service."""
+        action = self._actions.get(name)
+        return takes_out(action) if action is not None else TAKES_OUT.get(name, ())
 
     def names(self) -> list[str]:
         return sorted(self._actions)

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from adapters.actions import StrictArguments
 from bot.runbooks import params, templating
+from bot.runbooks.catalogue import TAKES_OUT
 from bot.runbooks.model import CHECK_KINDS, CheckSpec, Runbook
 from kit.canonical import canonical
 
@@ -68,6 +69,7 @@ def load_text(
     problems = (
         _check_defaults(runbook, where)
         + _check_actions(runbook, catalogue, where)
+        + _check_capacity_guard(runbook, where)
         + _check_templates(runbook, where)
     )
     if problems:
@@ -270,6 +272,19 @@ def _check_actions(
         for at, action, args in calls:
             problems.extend(_check_call(at, action, args, catalogue, where))
     return problems
+
+
+def _check_capacity_guard(runbook: Runbook, where: _Locator) -> list[str]:
+    """A step whose action takes GPUs out of service (adapters.actions.takes_out) needs a
+    ``capacity:`` pre-check: nobody can forget the floor in a new runbook. Which nodes the
+    guard covers is checked again when the plan is made (bot.execution.planning)."""
+    if any(check.capacity is not None for check in runbook.pre_checks):
+        return []
+    return [where.at(("steps", index, "action"),
+                     f"{step.action} takes GPUs out of service: add a capacity pre-check "
+                     f"over its nodes (pre_checks: - capacity: {{pool_of: ..., "
+                     f"min_free_gpus_after: ...}})")
+            for index, step in enumerate(runbook.steps) if step.action in TAKES_OUT]
 
 
 def _check_call(

@@ -29,6 +29,7 @@ def plan_text(plan: Plan) -> str:
     ]
     lines += [f"break-glass: {guard.describe()}" for guard in plan.weakened_guards]
     lines += _checks("pre-checks", plan.pre_checks)
+    lines += [f"capacity now: {line}" for line in plan.capacity]
     lines.append("steps:")
     for number, step in enumerate(plan.steps, 1):
         if step.skipped:

@@ -244,7 +244,7 @@ def shipped_bot(make_bot: BotFactory, url: str, names: tuple[str, ...]) -> Servi
              for cls in (HealthCheckAction, DriverRolloutAction)]
     bot.catalogue = Catalogue([*bot.catalogue._actions.values(), *systems.actions(), *extra],
                               KNOWN)
-    return bot
+    return systems.guarding(bot)
 
 
 def test_rollback_driver_pending_refuses_swap_gpu_on_its_nodes(make_bot: BotFactory,

@@ -8,6 +8,7 @@ canaries, released after the soak), and Slurm runs end to end through the engine
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from adapters.prometheus.soak import ErrorsHoldAction
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.driver_upgrade import DriverUpgradeAction
 from adapters.slurm.rolling import DriverRolloutAction
+from bot.execution.checks.capacity import CapacityEvaluator
 from bot.execution.checks.core import Checks
 from bot.execution.checks.slurm import SlurmEvaluator
 from bot.execution.engine import Engine
@@ -51,16 +53,20 @@ def upgrade_bot(make_bot: BotFactory) -> tuple[Service, DriverSlurm]:
     def sleep(seconds: float) -> None:
         time.sleep(min(seconds, 0.01))
 
+    kubernetes = FakeKubernetes(KUBE)
+    for name, node in list(kubernetes.nodes.items()):
+        kubernetes.nodes[name] = replace(node, gpus_allocatable=8)
     actions: list[Action] = [
                DriverUpgradeAction(slurm, config, sleep, prometheus=prom),
                DriverRolloutAction(slurm, config, sleep),
                ErrorsHoldAction(prom, PrometheusConfig(url="http://prometheus.invalid:9090")),
-               *KubernetesActions(FakeKubernetes(KUBE), sleep=lambda s: None).all()]
+               *KubernetesActions(kubernetes, sleep=lambda s: None).all()]
     bot.catalogue = Catalogue([*bot.catalogue._actions.values(), *actions], KNOWN)
-    bot.checks = Checks({"slurm": SlurmEvaluator(slurm)}, sleep=lambda s: None)
     nodes = frozenset(SLURM + KUBE)
     bot.inventory = Inventory(nodes=nodes, slurm=frozenset(SLURM), kubernetes=frozenset(KUBE),
                               driver_floors=bot.config.drivers.floors())
+    bot.checks = Checks({"slurm": SlurmEvaluator(slurm), "capacity": CapacityEvaluator(
+        bot.inventory, slurm, kubernetes)}, sleep=lambda s: None)
     return bot, slurm
 
 
@@ -171,3 +177,61 @@ def test_a_slurm_failure_in_the_rest_stops_with_the_rollback(make_bot: BotFactor
             in (ex.error or ""))
     assert "left as they are" in (ex.error or "")
     assert slurm.driver["gpu03"] == OLD and "DRAIN" in slurm.state["gpu02"].flags
+
+
+# --- the capacity guard: when the plan is made, and again before each node -------------
+
+
+def test_the_plan_counts_a_batch_of_max_parallel_nodes_at_its_worst(
+        make_bot: BotFactory) -> None:
+    bot, slurm = upgrade_bot(make_bot)
+    slurm.update_nodes(["gpu04"], "DRAIN", "bob: PSU fan")  # already out: costs nothing
+    plan = bot.plan("upgrade-driver", asked())
+    assert plan.capacity == [
+        "capacity stays above the floor with a batch of nodes out: Slurm pool: 24 free GPUs "
+        "now, 16 after taking 1 of gpu[01-03] (3 nodes) at once (the worst case: gpu01) out "
+        "(floor 8)"]
+    with pytest.raises(Refused, match=r"capacity guard: .* 24 free GPUs now, 8 after taking 2 "
+                                      r"of gpu\[01-03\] .*\(floor 9\)"):
+        bot.plan("upgrade-driver", asked(max_parallel="2", min_free_gpus="9"),
+                 break_glass=False)
+    plan = bot.plan("rollback-driver", {"nodes": "gpu[01-04]", "version": OLD})
+    assert "gpu04 (drained)" in plan.capacity[0]
+
+
+class DrainedMeanwhile(DriverSlurm):
+    """Somebody drains gpu03 and gpu04 while gpu01's driver installs."""
+
+    def run_on_node(self, node: str, reservation: str | None, argv: list[str],
+                    timeout: float, env: Any = None) -> tuple[int, str, str]:
+        if node == "gpu01" and argv[0] == "install":
+            self.update_nodes(["gpu03", "gpu04"], "DRAIN", "bob: rack 4 power")
+        return super().run_on_node(node, reservation, argv, timeout, env)
+
+
+def test_the_guard_is_asked_again_before_each_node_and_stops_with_the_node_untouched(
+        make_bot: BotFactory) -> None:
+    bot, _ = upgrade_bot(make_bot)
+    slurm = DrainedMeanwhile(SLURM)
+    bot.catalogue = Catalogue([*bot.catalogue._actions.values(), DriverRolloutAction(
+        slurm, SlurmConfig.model_validate({"commands": COMMANDS}), lambda s: None)], KNOWN)
+    bot.checks = Checks({"slurm": SlurmEvaluator(slurm), "capacity": CapacityEvaluator(
+        bot.inventory, slurm, None)}, sleep=lambda s: None)
+    # planned: 32 free, 24 with one node out, floor 9; before gpu02: 16 free, 8 after
+    execution_id = bot.request("rollback-driver", {"nodes": "gpu[01-02]", "version": NEW,
+                                                   "min_free_gpus": "9"}, "alice")
+    for approver in ("carol", "dave"):
+        bot.approve(execution_id, approver)
+    engine = Engine(bot)
+    try:
+        ex = engine.drive(execution_id)
+    finally:
+        engine.close()
+    assert ex.state == "failed"
+    assert ("capacity guard before taking gpu02 out: capacity stays above the floor with a "
+            "batch of nodes out: Slurm pool: 16 free GPUs now, 8 after taking gpu02 out "
+            "(floor 9)") in (ex.error or "")
+    assert "gpu02 was not touched" in (ex.error or "")
+    assert slurm.driver == {"gpu01": NEW, "gpu02": OLD, "gpu03": OLD, "gpu04": OLD}
+    assert "DRAIN" not in slurm.state["gpu02"].flags
+    assert not [c for c in slurm.calls if "gpu02" in str(c)]  # never touched

@@ -11,12 +11,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from adapters.actions import ActionError
 from adapters.kubernetes.backend import KubernetesBackend
 from adapters.slurm import hostlist
-from adapters.slurm.backend import SlurmBackend
+from adapters.slurm.backend import NodeInfo, SlurmBackend
 from bot.config import PoolFloors
 from bot.config_remediation import PoolsConfig
 from bot.execution.checks.core import Outcome
@@ -62,84 +63,183 @@ class CapacityEvaluator:
 
     def __call__(self, check: PlannedCheck, deadline: float) -> Outcome:
         spec: dict[str, Any] = dict(check.spec["capacity"])
-        node = str(spec.get("pool_of", ""))
         try:
-            members = hostlist.expand(node) if node else []
+            ask = _Ask.read(spec, self._inventory_of())
+            pools = self._pools(ask, check, deadline)
         except ValueError as exc:
-            return Outcome(False, None, f"pool_of: {exc}")
-        try:
-            floor = int(spec.get("min_free_gpus_after", 0))
-        except (TypeError, ValueError):
-            return Outcome(False, None, "min_free_gpus_after must be a whole number")
-        wanted = str(spec.get("pool") or "")
-        if wanted not in ("", "slurm", "kubernetes"):
-            return Outcome(False, None, f"pool must be slurm or kubernetes, not {wanted!r}")
-        try:
-            pools = self._pools(members, wanted, check, deadline)
+            return Outcome(False, None, str(exc))
         except ActionError as exc:
             return Outcome(False, None, f"cannot count free GPUs: {exc}")
         if not pools:
-            where = (f"the {wanted} pool: {wanted} is not configured" if wanted
+            where = (f"the {ask.pool} pool: {ask.pool} is not configured" if ask.pool
                      else "no pool the bot can count GPUs of")
-            return Outcome(False, None, f"{node} is in {where}")
-        lowest = min(after for _, _, after, _ in pools)
+            return Outcome(False, None, f"{ask.shown} is in {where}")
         details, passed, below_site = [], True, False
-        for name, now, after, out in pools:
-            site = self._site[name]
-            pool_floor = max(floor, site)
-            passed = passed and after >= pool_floor
-            below_site = below_site or after < site
-            whose = (f", the site floor (guards.min_free_gpus.{name.lower()}); the runbook "
-                     f"asks for {floor}" if site > floor else "")
-            details.append(f"{name} pool: {now} free GPUs now, {after} after taking {out} "
-                           f"out (floor {pool_floor}{whose})")
-        return Outcome(passed, lowest, "; ".join(details),
-                       {"pools": {name: {"now": now, "after": after, "site_floor": self._site[name]}
-                                  for name, now, after, _ in pools}, "floor": floor,
-                        "below_site_floor": below_site})
+        for count in pools:
+            site = self._site[count.pool]
+            pool_floor = max(ask.floor, site)
+            # a set already wholly out takes nothing: repairing it is never blocked
+            ok = not count.counted or count.after >= pool_floor
+            passed = passed and ok
+            below_site = below_site or not (not count.counted or count.after >= site)
+            whose = (f", the site floor (guards.min_free_gpus.{count.pool.lower()}); the "
+                     f"runbook asks for {ask.floor}" if site > ask.floor else "")
+            details.append(count.describe(ask.at_once) + f" (floor {pool_floor}{whose})")
+        return Outcome(passed, min(count.after for count in pools), "; ".join(details),
+                       {"pools": {c.pool: {"now": c.now, "after": c.after,
+                                           "site_floor": self._site[c.pool],
+                                           "counted": c.counted, "already_out": c.out}
+                                  for c in pools},
+                        "floor": ask.floor, "below_site_floor": below_site})
 
-    def _pools(self, nodes: list[str], wanted: str, check: PlannedCheck,
-               deadline: float) -> list[tuple[str, int, int, str]]:
-        """(pool, free now, free after, the nodes taken out) for each pool ``nodes``
-        serve, or for ``wanted`` alone (handoff-node names the pool that gives the node)."""
+    def _pools(self, ask: _Ask, check: PlannedCheck, deadline: float) -> list[_PoolCount]:
+        """The count of each pool ``ask.nodes`` serve, or of ``ask.pool`` alone
+        (handoff-node names the pool that gives the node)."""
         pools = []
         inventory = self._inventory_of()
         names = inventory.names
-        in_slurm = [n for n in nodes if (n in inventory.slurm if not wanted else
-                                         wanted == "slurm")]
-        in_k8s = [n for n in nodes if (n in inventory.kubernetes if not wanted else
-                                       wanted == "kubernetes")]
+        in_slurm = [n for n in ask.nodes if (n in inventory.slurm if not ask.pool else
+                                             ask.pool == "slurm")]
+        in_k8s = [n for n in ask.nodes if (n in inventory.kubernetes if not ask.pool else
+                                           ask.pool == "kubernetes")]
         if in_slurm and self._slurm is not None:
-            mapped = [names.get("slurm", {}).get(n, n) for n in in_slurm]
-            pools.append(("Slurm", *self._slurm_free(mapped), _shown(in_slurm)))
+            mapped = {n: names.get("slurm", {}).get(n, n) for n in in_slurm}
+            pools.append(_PoolCount.of("Slurm", self._slurm_free(), mapped, ask.at_once))
         if in_k8s and self._kubernetes is not None:
             # an API server that does not answer fails the check within its timeout
             until = min(deadline, time.monotonic() + check.timeout_seconds)
-            mapped = [names.get("kubernetes", {}).get(n, n) for n in in_k8s]
+            mapped = {n: names.get("kubernetes", {}).get(n, n) for n in in_k8s}
             with _within(self._kubernetes, until):
-                pools.append(("Kubernetes", *self._k8s_free(mapped), _shown(in_k8s)))
+                pools.append(_PoolCount.of("Kubernetes", self._k8s_free(), mapped,
+                                           ask.at_once))
         return pools
 
-    def _slurm_free(self, out: list[str]) -> tuple[int, int]:
+    def _slurm_free(self) -> tuple[dict[str, int], dict[str, str]]:
+        """Free GPUs of each node in service; why each other node is out."""
         assert self._slurm is not None
         free: dict[str, int] = {}
+        out: dict[str, str] = {}
         for info in self._slurm.nodes(None, with_jobs=False):
-            if info.responding and "DRAIN" not in info.flags and info.state != "down":
+            why = _slurm_out(info)
+            if why:
+                out[info.name] = why
+            else:
                 free[info.name] = max(0, info.gpus_total - info.gpus_used)
-        now = sum(free.values())
-        return now, now - sum(free.get(name, 0) for name in set(out))
+        return free, out
 
-    def _k8s_free(self, out: list[str]) -> tuple[int, int]:
+    def _k8s_free(self) -> tuple[dict[str, int], dict[str, str]]:
         assert self._kubernetes is not None
         requested: dict[str, int] = defaultdict(int)
         for pod in self._kubernetes.list_pods():
             if pod.node and not pod.deleting and pod.phase not in ("Succeeded", "Failed"):
                 requested[pod.node] += pod.gpus_requested
-        free = {n.name: max(0, n.gpus_allocatable - requested[n.name])
-                for n in self._kubernetes.list_nodes(self._selector)
-                if n.ready and not n.unschedulable and serves_kubernetes(n.labels.get(self._label))}
+        free: dict[str, int] = {}
+        out: dict[str, str] = {}
+        for node in self._kubernetes.list_nodes(self._selector):
+            why = ("not ready" if not node.ready else "cordoned" if node.unschedulable
+                   else "" if serves_kubernetes(node.labels.get(self._label))
+                   else "serving Slurm")
+            if why:
+                out[node.name] = why
+            else:
+                free[node.name] = max(0, node.gpus_allocatable - requested[node.name])
+        return free, out
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """What a capacity check asks, read from its rendered spec."""
+
+    nodes: list[str]
+    shown: str
+    floor: int
+    pool: str  # "", slurm or kubernetes
+    at_once: int | None  # at most this many of the nodes out at one time (a rollout)
+
+    @classmethod
+    def read(cls, spec: dict[str, Any], inventory: Inventory) -> _Ask:
+        pool = str(spec.get("pool") or "")
+        if pool not in ("", "slurm", "kubernetes"):
+            raise ValueError(f"pool must be slurm or kubernetes, not {pool!r}")
+        if spec.get("whole_pool"):
+            if not pool:
+                raise ValueError("whole_pool needs pool: slurm or kubernetes")
+            nodes = sorted(inventory.slurm if pool == "slurm" else inventory.kubernetes)
+            shown = f"every node of the {pool} pool"
+        else:
+            text = str(spec.get("pool_of", ""))
+            try:
+                nodes = hostlist.expand(text) if text else []
+            except ValueError as exc:
+                raise ValueError(f"pool_of: {exc}") from exc
+            shown = text
+        try:
+            floor = int(spec.get("min_free_gpus_after", 0))
+        except (TypeError, ValueError):
+            raise ValueError("min_free_gpus_after must be a whole number") from None
+        at_once = spec.get("at_once")
+        try:
+            at_once = None if at_once in (None, "") else int(at_once)
+        except (TypeError, ValueError):
+            raise ValueError("at_once must be a whole number") from None
+        if at_once is not None and at_once < 1:
+            raise ValueError("at_once must be at least 1")
+        return cls(nodes, shown, floor, pool, at_once)
+
+
+@dataclass(frozen=True)
+class _PoolCount:
+    """One pool's free GPUs now and once the asked nodes are out. ``counted``: the nodes
+    in service that are taken (with ``at_once``, the worst moment: the ``at_once`` of them
+    with the most free GPUs); ``out``: the nodes already out, with why (they cost nothing)."""
+
+    pool: str
+    now: int
+    after: int
+    asked: list[str]
+    counted: list[str]
+    out: dict[str, str]
+
+    @classmethod
+    def of(cls, pool: str, listing: tuple[dict[str, int], dict[str, str]],
+           mapped: dict[str, str], at_once: int | None) -> _PoolCount:
+        free, why_out = listing
         now = sum(free.values())
-        return now, now - sum(free.get(name, 0) for name in set(out))
+        serving = [n for n in mapped if mapped[n] in free]
+        out = {n: why_out.get(mapped[n], "not in service") for n in mapped if n not in serving}
+        if at_once is not None:  # the worst batch: the most free GPUs out at one time
+            serving = sorted(serving, key=lambda n: (-free[mapped[n]], n))[:at_once]
+        cost = sum(free[mapped[n]] for n in set(serving))
+        return cls(pool, now, now - cost, list(mapped), sorted(serving), out)
+
+    def describe(self, at_once: int | None) -> str:
+        text = f"{self.pool} pool: {self.now} free GPUs now"
+        if self.counted:
+            taking = _shown(self.counted)
+            if at_once is not None and len(self.asked) - len(self.out) > at_once:
+                taking = (f"{at_once} of {_shown([n for n in self.asked if n not in self.out])}"
+                          f" at once (the worst case: {hostlist.compress(self.counted)})")
+            text += f", {self.after} after taking {taking} out"
+        else:
+            text += ", taking nothing more"
+        if self.out:
+            text += "; already out, costing nothing: " + ", ".join(
+                f"{hostlist.compress(sorted(n for n in self.out if self.out[n] == why))} "
+                f"({why})" for why in sorted(set(self.out.values())))
+        return text
+
+
+def _slurm_out(info: NodeInfo) -> str:
+    """Why a Slurm node gives no free GPUs ("" when it is in service)."""
+    if info.state == "down":
+        return "down"
+    if "DRAIN" in info.flags:
+        return "drained"
+    if not info.responding:
+        return "not responding"
+    if info.flags & {"MAINTENANCE", "RESERVED"}:
+        return "reserved"
+    return ""
 
 
 def _shown(nodes: list[str]) -> str:

@@ -69,6 +69,7 @@ def _checks(title: str, checks: list[PlannedCheck]) -> list[str]:
 def capacity_lines(plan: Plan) -> list[str]:
     guards = [c for c in plan.pre_checks if c.kind == "capacity" and not c.skipped]
     lines = [f"• {c.name}: " + ", ".join(f"{k} {v}" for k, v in c.spec.items()) for c in guards]
+    lines += [f"• now: {line}" for line in plan.capacity]
     if plan.break_glass:
         lines.append("• break-glass (one extra approval): the runbook's capacity floor is "
                      "overridden, never the site floor")

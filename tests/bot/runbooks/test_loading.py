@@ -65,6 +65,8 @@ DRAIN = textwrap.dedent(
       - name: no other maintenance
         promql: 'sum(slurm_node_maintenance{node="{{ node }}"}) or vector(0)'
         expect: "== 0"
+      - name: capacity
+        capacity: {pool_of: "{{ node }}", min_free_gpus_after: 8}
     steps:
       - id: slurm-drain
         action: slurm.drain

@@ -72,7 +72,7 @@ def window_bot(make_bot: BotFactory, systems: Systems, url: str | None = None) -
                          name="gated", locks=[]),
     }, url=url)
     made.catalogue = Catalogue([*made.catalogue._actions.values(), *systems.actions()])
-    return made
+    return systems.guarding(made)
 
 
 @pytest.fixture

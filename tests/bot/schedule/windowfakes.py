@@ -5,13 +5,23 @@ tests/runbooks does)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from adapters.actions import Action
 from adapters.alertmanager import AlertmanagerActions, AlertmanagerConfig
 from adapters.alertmanager.fake import FakeAlertmanager
 from adapters.kubernetes.actions import KubernetesActions
+from adapters.kubernetes.backend import Node
 from adapters.kubernetes.fake import FakeKubernetes
 from adapters.slurm.actions import SlurmActions
 from adapters.slurm.fake import FakeSlurm
+from bot.execution.checks.capacity import CapacityEvaluator
+from bot.execution.checks.core import Checks
+from bot.service import Service
+
+# Kubernetes nodes outside the inventory with free GPUs: the pool keeps its floor while the
+# windows and runbooks under test take the inventory's one Kubernetes node out.
+SPARE = ("spare01", "spare02")
 
 
 class Systems:
@@ -29,6 +39,18 @@ class Systems:
             *AlertmanagerActions(AlertmanagerConfig(url="http://alertmanager.invalid:9093"),
                                  self.alertmanager).all(),
         ]
+
+    def guarding(self, bot: Service) -> Service:
+        """``bot`` with the capacity guard over these fakes (8 GPUs a Kubernetes node, and
+        the SPARE nodes), beside the checks it had."""
+        for name in SPARE:
+            self.kubernetes.nodes[name] = Node(name=name, boot_id=f"boot-{name}-1")
+        for name, node in list(self.kubernetes.nodes.items()):
+            self.kubernetes.nodes[name] = replace(node, gpus_allocatable=8)
+        guard = CapacityEvaluator(lambda: bot.inventory, self.slurm, self.kubernetes)
+        bot.checks = Checks({**bot.checks._evaluators, "capacity": guard},
+                            sleep=lambda s: None)
+        return bot
 
     def cordoned(self) -> dict[str, str | None]:
         return {name: node.annotations.get("gpu-runbook-bot/cordoned-by")

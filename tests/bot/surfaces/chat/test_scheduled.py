@@ -37,7 +37,7 @@ def bot(make_bot: BotFactory) -> Service:
     })
     systems = Systems(["gpu01", "gpu02", "gpu03", "gpu04"], ["gpu04"])
     made.catalogue = Catalogue([*made.catalogue._actions.values(), *systems.actions()])
-    return made
+    return systems.guarding(made)
 
 
 @pytest.fixture(autouse=True)
