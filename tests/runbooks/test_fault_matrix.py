@@ -134,6 +134,9 @@ def runbook(name: str, step: dict[str, Any] | None = None,
     return {
         "name": name, "version": "1.0.0", "risk": "low",
         "summary": "fault matrix: drain and cordon, then use one system",
+        # the drain and the cordon take GPUs out: a runbook must guard them (the site floor)
+        "pre_checks": [{"name": "capacity", "capacity": {
+            "pool_of": f"{SLURM_NODE},{KUBE_NODE}", "min_free_gpus_after": 0}}],
         "steps": [*changes, *([step] if step else [])],
         "post_checks": [check] if check else [],
     }
