@@ -29,9 +29,11 @@ POOL_LABEL = "lab.gpu-runbook-bot/node-pool"
 POOL = "serving-h100"
 SERVING_NS, APP = "serving", "inference"
 RS_HASH = "7d9f8c6b5d"
-GPUS_PER_POD = 2
+# one GPU a pod: 10 of the pool's 32 GPUs serve, so taking a node out keeps the capacity
+# guard's default floor (8 free GPUs) whichever node it is
+GPUS_PER_POD = 1
 PDB_NAME = "inference-pdb"
-# Serving pods per node in seed order: 10 pods, at most 4 per node (8 GPUs, 2 each).
+# Serving pods per node in seed order: 10 pods, at most 4 per node.
 PODS_PER_NODE = [3, 2, 2, 3]
 # Slurm nodes registered here too while they serve Slurm (handoff-node moves them): the
 # bot's pool label says slurm and its NoSchedule taint keeps serving pods off; the GPU
