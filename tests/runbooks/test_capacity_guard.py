@@ -17,8 +17,8 @@ from bot.execution.engine import Engine
 from bot.service import Service
 from kit.errors import Refused
 from tests.lab.fixture import Lab
-from tests.runbooks.test_mig_reconfigure import bot  # noqa: F401  (the fixture)
 from tests.runbooks.test_slurm_runbooks import (
+    bot,
     confirm_when_asked,
     node,
     reservations,
@@ -27,6 +27,7 @@ from tests.runbooks.test_slurm_runbooks import (
 )
 
 pytestmark = pytest.mark.lab
+__all__ = ["bot"]  # the fixture, shared with the Slurm runbook tests
 
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04", "gpu05")
 NEW = "550.54.15"
