@@ -26,7 +26,7 @@ from adapters.actions import (
 )
 from adapters.fleetstatus import NodeStates
 from adapters.host import OUTPUT_LIMIT, HostCommand, allowed_argv
-from adapters.slurm import commands
+from adapters.slurm import commands, reasons
 from adapters.slurm.backend import (
     REBOOT_FLAGS,
     NeedsOperations,
@@ -77,6 +77,9 @@ class DrainArguments(_NodesArguments):
 class ResumeArguments(_NodesArguments):
     wait: bool = True  # wait until the nodes respond again (NOT_RESPONDING clears)
     wait_timeout: Seconds = 60.0
+    # only the nodes whose drain is this execution's alone (an undo, a runbook's own
+    # resume): another owner's reason stays, with the node drained
+    only_this_run: bool = False
 
 
 class WaitIdleArguments(_NodesArguments):
@@ -114,6 +117,29 @@ class ReservationCreateArguments(_NodesArguments):
 
 class ReservationDeleteArguments(StrictArguments):
     name: str = Field(pattern=NAME_PATTERN)
+    # refuse a reservation the bot made for a window or a run (close-maintenance): it
+    # belongs to its owner, whose own close or undo deletes it
+    not_the_bots: bool = False
+
+
+# The reservations the bot makes: a maintenance window's, and a run's around a node.
+BOT_RESERVATION = re.compile(r"^(?:window-(?P<window>\d+)|(?P<runbook>swap|reset|resume|mig|"
+                             r"driver|handoff)-(?P<node>.+))$")
+_OWNERS = {"swap": "swap-gpu", "reset": "reset-gpu", "resume": "resume-node",
+           "mig": "mig-reconfigure", "driver": "rollback-driver or upgrade-driver",
+           "handoff": "handoff-node"}
+
+
+def reservation_owner(name: str) -> str | None:
+    """Who owns a reservation the bot made, in people's words; None for anyone else's."""
+    match = BOT_RESERVATION.match(name)
+    if match is None:
+        return None
+    if match.group("window"):
+        return (f"maintenance window {match.group('window')} (close it with `runbook window "
+                f"close {match.group('window')}`)")
+    return (f"a {_OWNERS[match.group('runbook')]} run on {match.group('node')} (cancel that "
+            "execution, or let it finish: its own steps delete it)")
 
 
 class RebootArguments(_NodesArguments):
@@ -151,6 +177,38 @@ class _SlurmAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
                 "(sinfo -N lists the cluster's nodes)"
             )
         return found
+
+    def _drain_notes(self, names: list[str], override: bool) -> list[str]:
+        """For a plan: each drained node's reason and owner, and whether a return to service
+        lifts it. Read now (the run reads again before it resumes anything)."""
+        try:
+            nodes = self._read(names, with_jobs=False)
+        except ActionError as exc:
+            return [f"drain reasons of {compress(names)} could not be read now ({exc}); they "
+                    "are read again before anything is resumed"]
+        notes = []
+        for node in nodes:
+            if "DRAIN" not in node.flags:
+                continue
+            owners = "; ".join(f'{p.owner()}: "{p.text}"' for p in reasons.parts(node.reason))
+            stop = reasons.blocking(node.reason)
+            verdict = ("lifted: override_drains=true" if stop and override else
+                       "STAYS DRAINED: not lifted without override_drains=true (break-glass)"
+                       if stop else "lifted once the node passes")
+            notes.append(f"{node.name} is drained by {owners or 'someone (no reason)'}: "
+                         f"{verdict}")
+        return notes
+
+    def _not_liftable(self, nodes: list[NodeInfo], override: bool) -> dict[str, str]:
+        return {} if override else reasons.not_liftable(nodes)
+
+    def _refuse_others_drain(self, node: NodeInfo, what: str) -> None:
+        """Before resuming ``node`` inside a reservation to work on it: another owner's
+        drain (or the bot's for a failed check) is not ours to lift."""
+        stays = reasons.not_liftable([node])
+        if stays:
+            raise ActionError(f"{node.name} is {stays[node.name]}: {what} would lift that "
+                              "drain, so nothing was changed")
 
     def _resume(self, names: list[str]) -> str | None:
         """``scontrol update State=RESUME`` of ``names``; Slurm's warning when it answered
@@ -192,20 +250,32 @@ class DrainAction(_SlurmAction):
     needs: ClassVar[tuple[str, ...]] = ("update_nodes",)
 
     def plan(self, args: DrainArguments) -> list[str]:
-        return [commands.show(commands.update_nodes(args.names, "DRAIN", args.reason))]
+        reason = f"{args.reason} {reasons.PLACEHOLDER}"
+        return [commands.show(commands.update_nodes(args.names, "DRAIN", reason)),
+                "a node drained already keeps its reason; this one is added after it "
+                f"(\"THEIRS{reasons.JOIN}{reason}\")"]
 
     def run(self, args: DrainArguments, ctx: ActionContext) -> ActionResult:
+        """Drain with the reason marked as this execution's. A node someone else drained
+        keeps their reason (recorded in the details), ours joined after it."""
+        ours = reasons.marked(args.reason, ctx.execution_id)
         nodes = self._read(args.names, with_jobs=False)
-        already = [n.name for n in nodes if "DRAIN" in n.flags]
         todo = [n.name for n in nodes if "DRAIN" not in n.flags]
-        details: dict[str, Any] = {"drained": todo, "already_drained": already}
-        if not todo:
-            return ActionResult(f"{args.hostlist} already drained", details, changed=False)
-        self.backend.update_nodes(todo, "DRAIN", args.reason)
-        summary = f'drained {compress(todo)} (reason "{args.reason}")'
-        if already:
-            summary += f"; {compress(already)} already drained"
-        return ActionResult(summary, details)
+        kept = {n.name: n.reason for n in nodes if "DRAIN" in n.flags
+                and not any(p.execution == ctx.execution_id for p in reasons.parts(n.reason))}
+        if todo:
+            self.backend.update_nodes(todo, "DRAIN", ours)
+        for name, theirs in kept.items():
+            self.backend.update_nodes([name], "DRAIN", reasons.joined(theirs, ours))
+        details: dict[str, Any] = {"drained": todo, "kept_reasons": kept, "reason": ours,
+                                   "already_drained": list(kept)}
+        if not todo and not kept:
+            return ActionResult(f"{args.hostlist} already drained by this execution", details,
+                                changed=False)
+        said = [f'drained {compress(todo)} (reason "{ours}")'] if todo else []
+        said += [f'{name} was drained already ("{theirs}"): that reason is kept, ours added '
+                 "after it" for name, theirs in kept.items()]
+        return ActionResult("; ".join(said), details)
 
 
 class ResumeAction(_SlurmAction):
@@ -222,6 +292,8 @@ class ResumeAction(_SlurmAction):
 
     def run(self, args: ResumeArguments, ctx: ActionContext) -> ActionResult:
         nodes = self._read(args.names, with_jobs=False)
+        if args.only_this_run:
+            nodes = self._give_back(nodes, ctx)
         todo = [n.name for n in nodes if "DRAIN" in n.flags or n.state == "down"]
         skipped = [n.name for n in nodes if n.name not in todo]
         details: dict[str, Any] = {"resumed": todo, "already_in_service": skipped}
@@ -238,6 +310,23 @@ class ResumeAction(_SlurmAction):
         if not todo:
             return ActionResult(f"{args.hostlist} already in service", details, changed=False)
         return ActionResult(f"resumed {compress(todo)}", details)
+
+
+    def _give_back(self, nodes: list[NodeInfo], ctx: ActionContext) -> list[NodeInfo]:
+        """Of ``nodes``, those only this execution drains (to resume); where another owner's
+        reason was there first, ours comes off it and the node stays drained for them."""
+        mine = []
+        for node in nodes:
+            if "DRAIN" not in node.flags:
+                continue
+            own = [p for p in reasons.parts(node.reason) if p.execution == ctx.execution_id]
+            left = reasons.without(node.reason, ctx.execution_id)
+            if own and not left:
+                mine.append(node)
+            elif own:
+                self.backend.update_nodes([node.name], "DRAIN", left)
+                ctx.progress(f"{node.name} stays drained for its other owner: \"{left}\"")
+        return mine
 
 
 class WaitIdleAction(_SlurmAction):
@@ -345,6 +434,14 @@ class ReservationDeleteAction(_SlurmAction):
 
     def plan(self, args: ReservationDeleteArguments) -> list[str]:
         return [commands.show(commands.delete_reservation(args.name))]
+
+    def refusal(self, args: object) -> str | None:
+        """Also refused, before any plan: another owner's reservation (``not_the_bots``)."""
+        if isinstance(args, ReservationDeleteArguments) and args.not_the_bots:
+            owner = reservation_owner(args.name)
+            if owner is not None:
+                return f"reservation {args.name} belongs to {owner}; nothing was changed"
+        return super().refusal(args)
 
     def run(self, args: ReservationDeleteArguments, ctx: ActionContext) -> ActionResult:
         if not any(r.name == args.name for r in self.backend.reservations()):

@@ -155,6 +155,7 @@ class DriverUpgradeAction(DriverRolloutAction):
                      args.diag_command, args.test_job_command):
             self._argv(name, [])  # fail before touching any node
         watch = self._watch(canary)
+        self._refuse_others_drains(canary + rest)
         progress = _Progress(args)
         self._stage("the canaries", canary, rest, args, ctx, progress)
         self._soak(canary, rest, watch, args, ctx, progress)
@@ -200,7 +201,7 @@ class DriverUpgradeAction(DriverRolloutAction):
             raise ActionStopped(progress.stopped("the soak", [str(exc)], rest)) from exc
         except ActionError as exc:
             for node in canary:
-                self._leave_drained(node, "", f"driver {args.version} soak failed: {exc}")
+                self._leave_drained(node, "", f"driver {args.version} soak failed: {exc}", ctx)
             raise ActionError(progress.stopped(
                 "the soak", [f"{exc} (canaries {hostlist.compress(canary)} left drained)"],
                 rest)) from exc

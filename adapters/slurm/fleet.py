@@ -10,18 +10,18 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from adapters.actions import ActionContext, ActionResult, StrictArguments
+from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
 from adapters.fleetstatus import NodeStates
-from adapters.slurm import commands
+from adapters.slurm import commands, reasons
 from adapters.slurm.actions import _check_text, _NodesArguments, _SlurmAction
 from adapters.slurm.backend import NodeInfo
 from adapters.slurm.hostlist import compress
 
-PLACEHOLDER = "(execution <this execution>)"
+PLACEHOLDER = reasons.PLACEHOLDER
 
 
 def mark(ctx: ActionContext) -> str:
-    return f"(execution {ctx.execution_id})"
+    return reasons.mark(ctx.execution_id)
 
 
 def batches(names: list[str], size: int) -> list[list[str]]:
@@ -41,6 +41,8 @@ class DrainBatchesArguments(_NodesArguments):
 class ResumeBatchesArguments(_NodesArguments):
     batch_size: int = Field(default=16, ge=1, le=1024)
     only_this_run: bool = False  # only nodes whose reason carries this execution's mark
+    # lift drains someone else made, or the bot made for a failed check (break-glass)
+    override_drains: bool = False
 
 
 class DrainBatchesAction(_SlurmAction):
@@ -92,8 +94,9 @@ class ResumeBatchesAction(_SlurmAction):
     def plan(self, args: ResumeBatchesArguments) -> list[str]:
         which = (f"  # only the nodes whose reason ends {PLACEHOLDER}" if args.only_this_run
                  else "  # drained or down nodes")
-        return [commands.show(commands.update_nodes(batch, "RESUME", None)) + which
-                for batch in batches(args.names, args.batch_size)]
+        notes = [] if args.only_this_run else self._drain_notes(args.names, args.override_drains)
+        return notes + [commands.show(commands.update_nodes(batch, "RESUME", None)) + which
+                        for batch in batches(args.names, args.batch_size)]
 
     def _ours(self, node: NodeInfo, args: ResumeBatchesArguments, ctx: ActionContext) -> bool:
         if args.only_this_run:
@@ -102,7 +105,10 @@ class ResumeBatchesAction(_SlurmAction):
 
     def run(self, args: ResumeBatchesArguments, ctx: ActionContext) -> ActionResult:
         nodes = {n.name: n for n in self._read(args.names, with_jobs=False)}
-        todo = {name for name in args.names if self._ours(nodes[name], args, ctx)}
+        stays = ({} if args.only_this_run else
+                 self._not_liftable(list(nodes.values()), args.override_drains))
+        todo = {name for name in args.names
+                if name not in stays and self._ours(nodes[name], args, ctx)}
         done: list[str] = []
         for batch in batches(args.names, args.batch_size):
             chosen = [name for name in batch if name in todo]
@@ -110,7 +116,13 @@ class ResumeBatchesAction(_SlurmAction):
                 self._resume(chosen)
                 done += chosen
         left = [name for name in args.names if name not in todo]
-        details = {"resumed": done, "left_alone": left}
+        details = {"resumed": done, "left_alone": left, "left_drained": stays}
+        if stays:
+            raise ActionError(
+                (f"resumed {compress(done)}; " if done else "resumed nothing; ")
+                + "left drained: " + "; ".join(f"{n} ({why})" for n, why in stays.items())
+                + ". To return them anyway, ask again naming them with override_drains=true "
+                "(break-glass: one more approval)")
         if not done:
             return ActionResult(f"nothing to resume in {args.hostlist}", details, changed=False)
         summary = f"resumed {compress(done)}"

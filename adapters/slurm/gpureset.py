@@ -24,7 +24,7 @@ from adapters.actions import (
     StrictArguments,
 )
 from adapters.host import HostCommand, allowed_argv
-from adapters.slurm import commands
+from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _check_text, _SlurmAction
 from adapters.slurm.backend import REBOOT_FLAGS, NodeInfo
 from adapters.slurm.health import verdict
@@ -104,6 +104,8 @@ class GpuResetAction(_SlurmAction):
         _refuse_outside_slurm(args)
         self._lines(args)  # every command allow-listed: fail before touching the node
         self._require_reservation(args)
+        (node,) = self._read([args.node], with_jobs=False)  # once: a reboot sets its own
+        self._refuse_others_drain(node, "the reset")
         attempts: list[dict[str, Any]] = []
         if args.method == "reset":
             if self._attempt(attempts, "reset", lambda: self._reset(args, ctx), ctx):
@@ -210,8 +212,9 @@ class GpuResetAction(_SlurmAction):
         what = "reset and reboot both failed" if args.method == "reset" else "the reboot failed"
         left = f"{args.node} is left drained"
         try:
-            self.backend.update_nodes([args.node], "DRAIN",
-                                      _failed_reason(args, attempts[-1]["error"])[:200])
+            self.backend.update_nodes([args.node], "DRAIN", reasons.marked(
+                _failed_reason(args, attempts[-1]["error"]), ctx.execution_id,
+                failed_check=True))
             if any(r.name == args.reservation for r in self.backend.reservations()):
                 self.backend.delete_reservation(args.reservation)
         except ActionError as exc:

@@ -1,7 +1,10 @@
 """``slurm.health_check``: check a node inside its maintenance reservation.
 
-A node whose check fails (or cannot run) is drained again with the verdict as the reason:
-it never goes back into service unchecked.
+It lifts only a drain the bot made to work on the node (adapters.slurm.reasons): another
+owner's drain, or the bot's for a failed check, stays unless the step says
+``override_drains``. Once it resumed the node, every way out but a passed check (a failed
+check, a stop, a lost controller, an error) drains it again, marked as a failed check: it
+never goes back into service unchecked.
 """
 
 from __future__ import annotations
@@ -12,9 +15,16 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from adapters.actions import ActionContext, ActionError, ActionResult, Seconds, StrictArguments
+from adapters.actions import (
+    ActionContext,
+    ActionError,
+    ActionResult,
+    ActionStopped,
+    Seconds,
+    StrictArguments,
+)
 from adapters.host import OUTPUT_LIMIT, allowed_argv
-from adapters.slurm import commands
+from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _SlurmAction
 
 
@@ -24,6 +34,10 @@ class HealthCheckArguments(StrictArguments):
     command: str = "health-check"
     args: list[str] = Field(default_factory=list)
     resume_timeout: Seconds = 60.0
+    # lift a drain someone else made, or the bot made for a failed check (break-glass)
+    override_drains: bool = False
+    # a drain whose reason starts with this is the bot's too (the pool hand-off's reason)
+    also_lift: str = ""
 
 
 class HealthCheckAction(_SlurmAction):
@@ -44,32 +58,42 @@ class HealthCheckAction(_SlurmAction):
 
     def plan(self, args: HealthCheckArguments) -> list[str]:
         argv = self._argv(args)
-        return [
+        return [*self._drain_notes([args.node], args.override_drains),
             commands.show(commands.update_nodes([args.node], "RESUME", None))
             + f" (inside reservation {args.reservation}: no other job lands there)",
             commands.show(commands.srun(args.node, args.reservation, argv, self._env(args))),
-            f"if it fails: scontrol update NodeName={args.node} State=DRAIN "
-            'Reason="health check failed: ..."',
+            f"if it fails or does not finish: scontrol update NodeName={args.node} "
+            f'State=DRAIN Reason="health check failed: ... {reasons.PLACEHOLDER[:-1]}: '
+            'failed check)"',
         ]
 
     def run(self, args: HealthCheckArguments, ctx: ActionContext) -> ActionResult:
         argv = self._argv(args)
         self._require_reservation(args)
         (node,) = self._read([args.node], with_jobs=False)
-        if "DRAIN" in node.flags or node.state == "down":
-            self.backend.update_nodes([args.node], "RESUME", None)
-            ctx.progress(f"resumed {args.node} inside reservation {args.reservation}")
-            self._wait_nodes([args.node], ctx, args.resume_timeout, 0.5,
-                             lambda n: n.responding and "DRAIN" not in n.flags, "responding")
-        ctx.checkpoint(f"about to check {args.node}")  # srun itself is not interrupted by a stop
+        stays = self._not_liftable([node], args.override_drains or bool(
+            args.also_lift and node.reason.startswith(args.also_lift)))
+        if stays:
+            raise ActionError(
+                f"{args.node} is {stays[args.node]}: that drain stays (nothing was changed). "
+                f"To return {args.node} anyway, ask again with override_drains=true "
+                "(break-glass: one more approval)")
+        resumed = "DRAIN" in node.flags or node.state == "down"
         try:
+            if resumed:
+                self.backend.update_nodes([args.node], "RESUME", None)
+                ctx.progress(f"resumed {args.node} inside reservation {args.reservation}")
+                self._wait_nodes([args.node], ctx, args.resume_timeout, 0.5,
+                                 lambda n: n.responding and "DRAIN" not in n.flags,
+                                 "responding")
+            ctx.checkpoint(f"about to check {args.node}")  # srun is not interrupted by a stop
             return self._check(args, argv, ctx)
-        except ActionError:
-            raise
-        except Exception as exc:  # never leave a resumed node in service unchecked
-            self._drain(args.node, f"health check could not run: {type(exc).__name__}", ctx)
-            raise ActionError(f"health check on {args.node} could not run ({exc}); "
-                              f"{args.node} is left drained") from exc
+        except _CheckFailed as exc:
+            raise ActionError(str(exc)) from exc
+        except Exception as exc:  # never leave a node we resumed in service unchecked
+            if not resumed:
+                raise  # it was in service before: nothing of ours to take back
+            raise self._left_drained(args.node, exc, ctx) from exc
 
     def _check(self, args: HealthCheckArguments, argv: list[str],
                ctx: ActionContext) -> ActionResult:
@@ -83,13 +107,29 @@ class HealthCheckAction(_SlurmAction):
         if code != 0:
             why = verdict(out, err, code)
             self._drain(args.node, f"health check failed: {why}", ctx)
-            raise ActionError(f"{shlex.join(argv)} on {args.node} failed ({why}); "
-                              f"{args.node} is left drained with that reason")
+            raise _CheckFailed(f"{shlex.join(argv)} on {args.node} failed ({why}); "
+                               f"{args.node} is left drained with that reason")
         return ActionResult(f"{args.node} passed {shlex.join(argv)}", details)
 
+    def _left_drained(self, node: str, exc: BaseException, ctx: ActionContext) -> ActionError:
+        """The check did not finish (a stop, Slurm down, an error): drain again, marked as a
+        failed check; the error says what the node's state is."""
+        what = str(exc) or type(exc).__name__
+        try:
+            self._drain(node, f"health check did not finish: {what}", ctx)
+        except Exception as again:  # Slurm itself is gone: say so, the node's state unknown
+            return ActionError(
+                f"health check on {node} did not finish ({what}) and {node} could not be "
+                f"drained again ({again}): it may be in service unchecked inside its "
+                f"reservation; drain it by hand (scontrol update NodeName={node} "
+                "State=DRAIN Reason=...) once Slurm answers")
+        cls = ActionStopped if isinstance(exc, ActionStopped) else ActionError
+        return cls(f"health check on {node} did not finish ({what}); {node} is left drained")
+
     def _drain(self, node: str, reason: str, ctx: ActionContext) -> None:
-        self.backend.update_nodes([node], "DRAIN", reason[:200])
-        ctx.progress(f"{node} drained again: {reason}")
+        marked = reasons.marked(reason, ctx.execution_id, failed_check=True)
+        self.backend.update_nodes([node], "DRAIN", marked)
+        ctx.progress(f"{node} drained again: {marked}")
 
     def _require_reservation(self, args: HealthCheckArguments) -> None:
         found = next((r for r in self.backend.reservations() if r.name == args.reservation), None)
@@ -98,6 +138,10 @@ class HealthCheckAction(_SlurmAction):
                 f"reservation {args.reservation} with {args.node} does not exist: without it, "
                 f"resuming {args.node} would return it to service unchecked"
             )
+
+
+class _CheckFailed(Exception):
+    """The check ran and failed; the node is already drained with the verdict."""
 
 
 def verdict(out: str, err: str, code: int) -> str:

@@ -102,6 +102,7 @@ class MigApplyAction(_SlurmAction):
             raise ActionError(f"reservation {args.reservation} with {args.node} does not "
                               f"exist: without it, resuming {args.node} would let jobs in")
         (node,) = self._read([args.node], with_jobs=False)
+        self._refuse_others_drain(node, "applying the layout")
         if "DRAIN" in node.flags or node.state == "down":
             self.backend.update_nodes([args.node], "RESUME", None)
             ctx.progress(f"resumed {args.node} inside reservation {args.reservation}")

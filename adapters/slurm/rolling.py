@@ -26,7 +26,7 @@ from adapters.actions import (
     StrictArguments,
 )
 from adapters.host import allowed_argv
-from adapters.slurm import hostlist
+from adapters.slurm import hostlist, reasons
 from adapters.slurm.backend import REBOOT_FLAGS, NeedsOperations, SlurmBackend
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.health import verdict
@@ -119,6 +119,7 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
         nodes = hostlist.expand(args.nodes)
         for name in (args.install_command, args.health_command, args.version_command):
             self._argv(name, [])  # fail before touching any node
+        self._refuse_others_drains(nodes)
         state = self._roll(args, ctx)
         failed = {n: o for n, o in state.done.items() if o.startswith("FAILED")}
         stopped = {n: o for n, o in state.done.items() if o.startswith("STOPPED")}
@@ -162,7 +163,8 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
             with state.taking:
                 if not self._guarded(state, node):
                     return
-                self.backend.update_nodes([node], "DRAIN", f"{args.reason} -> {args.version}")
+                self.backend.update_nodes([node], "DRAIN", reasons.marked(
+                    f"{args.reason} -> {args.version}", ctx.execution_id))
             self._wait(state, lambda: not [j for j in self.backend.jobs([node]) if j.active],
                        deadline, f"{node}: its jobs to end")
             ctx.checkpoint(f"{node}: reserving it")
@@ -192,12 +194,22 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
         except ActionStopped as exc:
             state.stop.set()
             self._leave_drained(node, res, f"driver {args.version} rollout stopped: "
-                                f"{ctx.stop_reason or exc}")
+                                f"{ctx.stop_reason or exc}", ctx)
             state.record(node, f"STOPPED: {exc}")
         except ActionError as exc:
             state.stop.set()
-            self._leave_drained(node, res, f"driver {args.version} failed: {exc}")
+            self._leave_drained(node, res, f"driver {args.version} failed: {exc}", ctx)
             state.record(node, f"FAILED: {exc}")
+
+    def _refuse_others_drains(self, nodes: list[str]) -> None:
+        """Each node is resumed inside its reservation on the way: a node drained by someone
+        else, or by the bot for a failed check, is refused before any node is touched."""
+        stays = reasons.not_liftable(self.backend.nodes(nodes, with_jobs=False))
+        if stays:
+            raise ActionError(
+                "; ".join(f"{name} is {why}" for name, why in stays.items())
+                + ": the rollout would lift that drain, so nothing was started. Resume or "
+                "leave out those nodes first")
 
     def _guarded(self, state: _Run, node: str) -> bool:
         """The capacity guard lets ``node`` go out now; else the rollout stops there, the
@@ -213,9 +225,10 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
             return False
         return True
 
-    def _leave_drained(self, node: str, res: str, reason: str) -> None:
+    def _leave_drained(self, node: str, res: str, reason: str, ctx: ActionContext) -> None:
         try:
-            self.backend.update_nodes([node], "DRAIN", reason[:200])
+            self.backend.update_nodes([node], "DRAIN", reasons.marked(
+                reason, ctx.execution_id, failed_check=True))
             if any(r.name == res for r in self.backend.reservations()):
                 self.backend.delete_reservation(res)
         except ActionError:

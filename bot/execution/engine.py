@@ -751,7 +751,8 @@ class Engine:
             error = self._call(claim, ex, step, step.undo, "undo", position,
                                previous.attempt if previous else 0)
             (failed if error else undone).append(step.id if not error else f"{step.id}: {error}")
-        summary = reason + (f"; undone: {', '.join(undone)}" if undone else "; nothing to undo")
+        summary = reason + (f"; undone: {', '.join(undone)}" if undone
+                            else "" if failed else "; nothing to undo")
         if failed:
             summary += f"; UNDO FAILED (needs a person): {'; '.join(failed)}"
         self._end(claim, ex, final, summary)

@@ -10,6 +10,7 @@ Exit codes: 0 success; 2 bad input or a refused request (nothing was done);
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -192,12 +193,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `runbook history | head`: the reader has what it wanted
+        _quiet_stdout()
+        return 0
     except Exception as exc:
         code = _known_error(exc)
         if code is None:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return code
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so flushing it at exit raises no second BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _known_error(exc: Exception) -> int | None:

@@ -120,7 +120,7 @@ def test_mig_apply_inside_its_reservation_only() -> None:
     args = MigApplyArguments(node="gpu03", reservation="mig-gpu03", layout="all-3g.40gb")
     with pytest.raises(ActionError, match="reservation mig-gpu03 with gpu03 does not exist"):
         action.run(args, ctx())
-    slurm.update_nodes(["gpu03"], "DRAIN", "MIG layout all-3g.40gb")
+    slurm.update_nodes(["gpu03"], "DRAIN", "MIG layout all-3g.40gb (execution 1)")  # ours
     slurm.create_reservation("mig-gpu03", ["gpu03"], "now", 60, ["MAINT"], ["root"])
     done = action.run(args, ctx())
     assert done.summary == "MIG layout all-3g.40gb applied on gpu03"

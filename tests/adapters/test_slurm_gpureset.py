@@ -52,7 +52,9 @@ class Node(FakeSlurm):
         self.reset_fails, self.health_fails, self.reboot_polls = reset_fails, health_fails, \
             reboot_polls
         self.rebooting: int | None = None
+        # drained by the runbook's own drain step (execution 1: the context's)
         self.state["gpu03"] = replace(self.state["gpu03"], flags=frozenset({"DRAIN"}),
+                                      reason="reset GPU 3: XID 48 (execution 1)",
                                       boot_time=100)
         self.create_reservation("reset-gpu03", ["gpu03"], "now", 3600, ["MAINT"], ["root"])
         self.calls.clear()
@@ -231,3 +233,14 @@ def test_a_missing_reservation_is_refused_before_any_change(clock: Clock) -> Non
     with pytest.raises(ActionError, match="reservation reset-gpu03 with gpu03 does not exist"):
         action(backend, clock).run(arguments(), context())
     assert backend.calls == []
+
+
+def test_a_drain_someone_else_made_is_refused_before_any_change(clock: Clock) -> None:
+    backend = Node()
+    backend.state["gpu03"] = replace(backend.state["gpu03"],
+                                     reason="bob: PSU fan noise, ticket 4411")
+    with pytest.raises(ActionError, match=r"gpu03 is drained by someone else \(not the bot\): "
+                                          r'"bob: PSU fan noise, ticket 4411": the reset would '
+                                          r"lift that drain, so nothing was changed"):
+        action(backend, clock).run(arguments(), context())
+    assert backend.calls == [] and backend.state["gpu03"].reason.startswith("bob")

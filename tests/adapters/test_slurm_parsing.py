@@ -445,7 +445,9 @@ def test_action_names_and_plans() -> None:
         return result
 
     assert plan("slurm.drain", nodes="gpu07", reason="XID 79") == [
-        'scontrol update NodeName=gpu07 State=DRAIN Reason="XID 79"']
+        'scontrol update NodeName=gpu07 State=DRAIN Reason="XID 79 (execution <this '
+        'execution>)"', "a node drained already keeps its reason; this one is added after it "
+        '("THEIRS ++ XID 79 (execution <this execution>)")']
     assert plan("slurm.resume", nodes="gpu[07-08]", wait=False) == [
         "scontrol update NodeName=gpu[07-08] State=RESUME"]
     assert plan("slurm.reservation_create", name="maint-gpu07", nodes="gpu07",
@@ -484,10 +486,11 @@ def test_drain_is_one_call_and_idempotent() -> None:
     drain = actions(backend)["slurm.drain"]
     args = drain.Arguments(nodes="gpu[01-04]", reason="XID 79")
     first = drain.run(args, context())
-    assert first.changed and backend.calls == [
-        ("update", ["gpu01", "gpu02", "gpu04"], "DRAIN", "XID 79")]
+    assert first.changed and backend.calls == [  # marked as this execution's drain
+        ("update", ["gpu01", "gpu02", "gpu04"], "DRAIN", "XID 79 (execution 1)"),
+        ("update", ["gpu03"], "DRAIN", "XID 79 (execution 1)")]  # it had no reason to keep
     again = drain.run(args, context())
-    assert not again.changed and len(backend.calls) == 1
+    assert not again.changed and len(backend.calls) == 2
 
 
 def test_drain_unknown_node_is_refused() -> None:

@@ -122,8 +122,9 @@ def test_slurm_driver_rollout_stops_leaves_the_node_drained_and_starts_no_other(
     message = str(error)
     assert "driver rollout stopped: cancelled" in message and "not started: gpu02" in message
     assert [c for c in backend.calls if c[0] in ("update", "srun", "reboot", "create")] == [
-        ("update", ["gpu01"], "DRAIN", "driver change -> 550.54.15"),
-        ("update", ["gpu01"], "DRAIN", "driver 550.54.15 rollout stopped: cancelled")]
+        ("update", ["gpu01"], "DRAIN", "driver change -> 550.54.15 (execution 1)"),
+        ("update", ["gpu01"], "DRAIN",  # left out: its driver is unknown
+         "driver 550.54.15 rollout stopped: cancelled (execution 1: failed check)")]
     assert "DRAIN" not in backend.state["gpu02"].flags
 
 

@@ -112,7 +112,8 @@ def test_swap_gpu_and_mig_reconfigure_of_a_busy_node_are_refused(
 def test_swap_gpu_of_a_node_already_drained_goes_ahead_under_the_floor(
         clean: Lab, bot: Service) -> None:
     lab = clean
-    lab.run("scontrol", "update", "NodeName=gpu02", "State=DRAIN", "Reason=XID 79 on GPU 1")
+    drained = run(bot, "drain-node", {"node": "gpu02", "reason": "XID 79 on GPU 1"})
+    assert drained.state == "succeeded", drained.error
     floor = sited(bot)  # 32 free: the pool is already under 33
     asked = {"node": "gpu02", "gpu": "1", "reason": "XID 79"}
     plan = floor.plan("swap-gpu", asked)

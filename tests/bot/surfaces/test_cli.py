@@ -441,3 +441,17 @@ def test_commands_that_need_no_node_list_never_wait_on_a_hung_cluster(
         assert "cancelled" in cli_here("status", execution_id, env=lab_env).stdout
     finally:
         api.close()
+
+
+def test_a_reader_that_stops_early_gets_no_traceback() -> None:
+    """`runbook history | head`: the pipe closes under a long listing; exit 0, no traceback."""
+    code = ("import bot.surfaces.cli as cli\n"
+            "cli._COMMANDS['history'] = lambda args: [print('x' * 99) for _ in range(10**5)] "
+            "and 0\n"
+            "raise SystemExit(cli.main(['history']))\n")
+    listing = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    assert listing.stdout is not None and listing.stdout.readline() == b"x" * 99 + b"\n"
+    listing.stdout.close()
+    _, err = listing.communicate(timeout=60)
+    assert listing.returncode == 0 and b"Traceback" not in err, err.decode()

@@ -1,0 +1,88 @@
+"""Whose drain a Slurm node's reason is: the grammar of the reasons the bot writes.
+
+Every reason the bot writes ends with its mark: ``(execution N)`` for a node it drained to
+work on it, ``(execution N: failed check)`` for a node it left out because a check failed.
+A node drained by someone else (a person, Slurm, NHC) that the bot drains too keeps that
+reason, the bot's own joined after it with `` ++ ``: nothing the bot does erases another
+owner's reason, and its undo takes back only its own part.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from adapters.slurm.backend import NodeInfo
+
+PLACEHOLDER = "(execution <this execution>)"  # the mark, as plans show it
+MAX_REASON = 200  # what the bot writes at most (Slurm keeps longer, people read less)
+JOIN = " ++ "
+_MARK = re.compile(r"\s*\(execution (\d+)(: failed check)?\)$")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One owner's reason inside a node's reason."""
+
+    text: str
+    execution: int | None  # the bot's execution that wrote it; None: somebody else's
+    failed_check: bool = False
+
+    def owner(self) -> str:
+        if self.execution is None:
+            return "someone else (not the bot)"
+        if self.failed_check:
+            return f"the bot for a failed check (execution {self.execution})"
+        return f"the bot (execution {self.execution})"
+
+
+def mark(execution_id: int, failed_check: bool = False) -> str:
+    return f"(execution {execution_id}{': failed check' if failed_check else ''})"
+
+
+def marked(reason: str, execution_id: int, failed_check: bool = False) -> str:
+    """``reason`` with the bot's mark, cut to fit MAX_REASON."""
+    tail = " " + mark(execution_id, failed_check)
+    return reason[:MAX_REASON - len(tail)].rstrip() + tail
+
+
+def parts(reason: str) -> list[Part]:
+    """The owners' parts of a node's reason, in the order they were written."""
+    found = []
+    for text in (reason.split(JOIN) if reason else []):
+        match = _MARK.search(text)
+        found.append(Part(text, int(match.group(1)), bool(match.group(2))) if match
+                     else Part(text, None))
+    return found
+
+
+def joined(existing: str, ours: str) -> str:
+    """Another owner's reason kept, ours after it; the other's is cut first when too long."""
+    room = MAX_REASON - len(JOIN) - len(ours)
+    return (existing[:max(0, room)].rstrip() + JOIN + ours) if existing else ours
+
+
+def without(reason: str, execution_id: int) -> str:
+    """The reason with this execution's parts taken out ("" when only they were there)."""
+    return JOIN.join(p.text for p in parts(reason) if p.execution != execution_id)
+
+
+def blocking(reason: str) -> Part | None:
+    """The first part that a routine return to service must not lift: somebody else's
+    reason, or the bot's for a failed check. None when every part is a bot drain made to
+    work on the node (which a check that passes answers)."""
+    if not reason.strip():
+        return Part("(no reason given)", None)
+    return next((p for p in parts(reason) if p.execution is None or p.failed_check), None)
+
+
+def not_liftable(nodes: Iterable[NodeInfo]) -> dict[str, str]:
+    """Drained nodes a routine return to service must leave (another owner's reason or the
+    bot's for a failed check), with whose drain it is."""
+    found = {}
+    for node in nodes:
+        stop = blocking(node.reason) if "DRAIN" in node.flags else None
+        if stop is not None:
+            found[node.name] = f'drained by {stop.owner()}: "{stop.text}"'
+    return found

@@ -1,0 +1,108 @@
+"""Whose drain it is, on the lab's real Slurm: a node the bot drained for a failed health
+check is not brought back by the routine resume-nodes (its plan lists every drained node's
+reason and owner; override_drains=true, break-glass, does it); resume-node does not lift a
+drain someone made by hand, and drain-node keeps their reason, adding its own (recorded in
+the audit log); a drain-node whose Kubernetes drain fails leaves the faulty node drained in
+Slurm instead of returning it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from bot.service import Service
+from kit.errors import Refused
+from tests.lab.fixture import Lab
+from tests.runbooks.test_slurm_runbooks import (
+    bot,
+    events,
+    node,
+    reservations,
+    resume_everything,
+    run,
+)
+
+pytestmark = pytest.mark.lab
+__all__ = ["bot"]  # the fixture, shared with the Slurm runbook tests
+
+NODES = ("gpu01", "gpu02", "gpu03", "gpu04", "gpu05")
+HAND = "bob: PSU fan noise, ticket 4411"
+
+
+@pytest.fixture
+def clean(lab: Lab) -> Iterator[Lab]:
+    resume_everything(lab, *NODES)
+    yield lab
+    lab.lab("fault", "kube", "api=ok")
+    resume_everything(lab, *NODES)
+
+
+def test_resume_nodes_leaves_a_node_that_failed_its_check(clean: Lab, bot: Service) -> None:
+    lab = clean
+    assert run(bot, "drain-node", {"node": "gpu02", "reason": "XID 79"}).state == "succeeded"
+    lab.lab("fault", "gpu02", "health=fail")
+    failed = run(bot, "resume-node", {"node": "gpu02"})
+    lab.lab("fault", "gpu02", "clear")
+    assert failed.state == "failed"
+    verdict = node(lab, "gpu02")["reason"]
+    assert verdict.startswith("health check failed")
+    assert verdict.endswith(f"(execution {failed.id}: failed check)")
+    plan = bot.plan("resume-nodes", {"nodes": "gpu[01-03]"})
+    said = "\n".join(plan.steps[0].operations)
+    assert (f"gpu02 is drained by the bot for a failed check (execution {failed.id}): "
+            f'"{verdict}": STAYS DRAINED') in said
+    ex = run(bot, "resume-nodes", {"nodes": "gpu[01-03]"})
+    assert ex.state == "failed"
+    assert "left drained: gpu02 (drained by the bot for a failed check" in (ex.error or "")
+    assert "DRAIN" in node(lab, "gpu02")["state"] and node(lab, "gpu02")["reason"] == verdict
+    with pytest.raises(Refused, match=r"override_drains=true weakens a guard"):
+        bot.request("resume-nodes", {"nodes": "gpu02", "override_drains": "true"}, "alice")
+    ex = run(bot, "resume-nodes", {"nodes": "gpu02", "override_drains": "true"},
+             approvers=("carol", "dave"), break_glass=True)
+    assert ex.state == "succeeded", ex.error
+    assert "DRAIN" not in node(lab, "gpu02")["state"]
+
+
+def test_a_hand_drain_is_never_lifted_or_erased(clean: Lab, bot: Service) -> None:
+    lab = clean
+    lab.run("scontrol", "update", "NodeName=gpu03", "State=DRAIN", f"Reason={HAND}")
+    ex = run(bot, "resume-node", {"node": "gpu03"})
+    assert ex.state == "failed"
+    assert (f'gpu03 is drained by someone else (not the bot): "{HAND}": that drain stays'
+            in (ex.error or ""))
+    assert "DRAIN" in node(lab, "gpu03")["state"] and node(lab, "gpu03")["reason"] == HAND
+    assert "resume-gpu03" not in reservations(lab)  # the reservation was undone
+    drained = run(bot, "drain-node", {"node": "gpu03", "reason": "XID 48"})
+    assert drained.state == "succeeded", drained.error
+    assert node(lab, "gpu03")["reason"] == f"{HAND} ++ XID 48 (execution {drained.id})"
+    finished = [e for e in events(bot, drained.id)
+                if e["kind"] == "step_finished" and e["data"].get("step") == "slurm-drain"]
+    assert finished and finished[0]["data"]["details"]["kept_reasons"] == {"gpu03": HAND}
+
+
+def test_a_failed_kubernetes_drain_leaves_the_node_drained_in_slurm(
+        clean: Lab, bot: Service) -> None:
+    lab = clean
+    assert lab.lab("fault", "kube", "api=500").returncode == 0
+    ex = run(bot, "drain-node", {"node": "gpu05", "reason": "XID 94", "timeout": "20s"})
+    lab.lab("fault", "kube", "api=ok")
+    assert ex.state == "failed"
+    assert "step k8s-drain failed" in (ex.error or "")
+    assert "completed steps left as they are" in (ex.error or "")
+    state = node(lab, "gpu05")
+    assert "DRAIN" in state["state"] and state["reason"] == f"XID 94 (execution {ex.id})"
+
+
+def test_close_maintenance_refuses_what_a_window_or_a_run_holds(clean: Lab,
+                                                                bot: Service) -> None:
+    for name, owner in (("window-3", "maintenance window 3"),
+                        ("resume-gpu03", "a resume-node run on gpu03")):
+        with pytest.raises(Refused, match=rf"reservation {name} belongs to {owner}"):
+            bot.request("close-maintenance", {"name": name}, "alice")
+    with pytest.raises(Refused, match=r"override_owner=true weakens a guard"):
+        bot.request("close-maintenance", {"name": "window-3", "override_owner": "true"},
+                    "alice")
+    plan = bot.plan("close-maintenance", {"name": "window-3", "override_owner": "true"},
+                    break_glass=True)
+    assert plan.steps[0].operations == ["scontrol delete ReservationName=window-3"]
