@@ -734,10 +734,14 @@ class Engine:
         states = self._states(ex)
         undone: list[str] = []
         failed: list[str] = []
+        kept: list[str] = []  # steps that took GPUs out and have no undo: still out
         for position in reversed(range(len(ex.plan.steps))):
             step = ex.plan.steps[position]
             done = states.get(("do", step.id))
             if step.undo is None or done is None:
+                if (done is not None and done.state == "succeeded" and _needs_undo(step, done)
+                        and self.bot.catalogue.takes_out(step.action)):
+                    kept.append(step.id)
                 continue
             if not _needs_undo(step, done):
                 if done.state == "succeeded":
@@ -755,6 +759,9 @@ class Engine:
                             else "" if failed else "; nothing to undo")
         if failed:
             summary += f"; UNDO FAILED (needs a person): {'; '.join(failed)}"
+        if kept:
+            summary += (f"; still out of service (no undo): {', '.join(reversed(kept))}: "
+                        "the nodes stay out until a runbook returns them (resume-node)")
         self._end(claim, ex, final, summary)
 
     def _note_unchanged(self, claim: Claim, ex: Execution, step: PlannedStep) -> None:

@@ -17,12 +17,14 @@ from sqlalchemy import update
 from bot.execution import executions
 from bot.execution.checks.core import Checks, CommandEvaluator
 from bot.execution.engine import Engine
+from bot.runbooks.catalogue import KNOWN, Catalogue
 from bot.service import Service
 from bot.store import audit
 from bot.store.db import now_iso
 from bot.store.schema import locks, maintenance_windows
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
+from tests.bot.schedule.windowfakes import Systems
 from tests.conftest import BotFactory
 
 
@@ -60,6 +62,29 @@ def wait_for(condition: Any, seconds: float = 10) -> None:
 
 
 # --- 1. cancel reaches a waiting step, the last one included, and post-checks ---------------
+
+
+def test_a_cancel_says_which_nodes_stay_out_for_want_of_an_undo(make_bot: BotFactory) -> None:
+    """swap-gpu's drain has no undo (a node found faulty stays out): a cancel says so."""
+    systems = Systems(["gpu01", "gpu02"], [])
+    drain = {"id": "drain", "action": "slurm.drain", "with": {"nodes": "{{ node }}",
+                                                             "reason": "swap GPU 1"}}
+    bot = make_bot({"demo": runbook([drain, gate("replaced")], pre_checks=[{
+        "name": "capacity", "capacity": {"pool_of": "{{ node }}", "min_free_gpus_after": 0}}])})
+    bot.catalogue = Catalogue([*bot.catalogue._actions.values(), *systems.actions()], KNOWN)
+    systems.guarding(bot)
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
+    engine = Engine(bot, sleep=lambda s: None)
+    worker, box = drive_in_thread(engine, execution_id)
+    wait_for(lambda: "replaced" in fakes.STARTED)
+    bot.cancel(execution_id, "alice")
+    worker.join(10)
+    engine.close()
+    assert box["ex"].state == "cancelled"
+    assert box["ex"].error == ("cancelled on request; nothing to undo; still out of service "
+                               "(no undo): drain: the nodes stay out until a runbook returns "
+                               "them (resume-node)")
+    assert "DRAIN" in systems.slurm.state["gpu01"].flags
 
 
 @pytest.mark.parametrize("last", [True, False])
