@@ -27,6 +27,7 @@ from adapters.kubernetes.backend import (
     Taint,
 )
 from adapters.kubernetes.base import (
+    CORDONED_BY,
     KubernetesAction,
     NodeArguments,
     NodeSetArguments,
@@ -34,6 +35,7 @@ from adapters.kubernetes.base import (
     check_label_value,
     check_labels,
     check_node_names,
+    cordon_patch,
     listed,
 )
 from adapters.kubernetes.config import KubernetesConfig
@@ -49,8 +51,6 @@ from adapters.kubernetes.mig import MIG_ACTIONS
 from adapters.kubernetes.reboot import RequestRebootAction
 from adapters.kubernetes.upgrade_skip import UPGRADE_ACTIONS
 from kit.durations import format_duration
-
-CORDONED_BY = "gpu-runbook-bot/cordoned-by"  # who cordoned a node (k8s.cordon_nodes owner)
 
 
 class NodesArguments(StrictArguments):
@@ -121,7 +121,7 @@ class CordonAction(KubernetesAction):
         if node.unschedulable:
             return ActionResult(f"{args.node} already cordoned", {"node": args.node},
                                 changed=False)
-        self.backend.patch_node(args.node, {"spec": {"unschedulable": True}}, strategic=True)
+        self.backend.patch_node(args.node, cordon_patch(ctx), strategic=True)
         return ActionResult(f"cordoned {args.node}", {"node": args.node})
 
 
@@ -137,7 +137,8 @@ class UncordonAction(KubernetesAction):
         if not node.unschedulable:
             return ActionResult(f"{args.node} already schedulable", {"node": args.node},
                                 changed=False)
-        self.backend.patch_node(args.node, {"spec": {"unschedulable": None}}, strategic=True)
+        self.backend.patch_node(args.node, {"spec": {"unschedulable": None}, "metadata": {
+            "annotations": {CORDONED_BY: None}}}, strategic=True)
         return ActionResult(f"uncordoned {args.node}", {"node": args.node})
 
 

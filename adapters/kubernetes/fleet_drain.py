@@ -24,12 +24,11 @@ from adapters.actions import (
 )
 from adapters.fleetstatus import NodeStates
 from adapters.kubernetes.backend import KubernetesError
-from adapters.kubernetes.base import KubernetesAction, check_node_names, listed
+from adapters.kubernetes.base import CORDONED_BY, KubernetesAction, check_node_names, listed
 from adapters.kubernetes.drain import DrainArguments, _Drain, refusals, refused_by
 from adapters.slurm.hostlist import compress, expand
 from kit.durations import format_duration
 
-CORDONED_BY = "gpu-runbook-bot/cordoned-by"  # as k8s.cordon_nodes marks the nodes it cordons
 DRAINED, DRAINING, BLOCKED, FAILED, NOT_STARTED = (
     "drained", "draining", "blocked by PDB", "failed", "not started")
 STATES = (DRAINED, DRAINING, BLOCKED, FAILED, NOT_STARTED)

@@ -77,6 +77,11 @@ def blocking(reason: str) -> Part | None:
     return next((p for p in parts(reason) if p.execution is None or p.failed_check), None)
 
 
+def held_by(reason: str) -> frozenset[int]:
+    """The bot's executions a drain reason names: they hold the node out."""
+    return frozenset(p.execution for p in parts(reason) if p.execution is not None)
+
+
 def not_liftable(nodes: Iterable[NodeInfo]) -> dict[str, str]:
     """Drained nodes a routine return to service must leave (another owner's reason or the
     bot's for a failed check), with whose drain it is."""

@@ -2,21 +2,25 @@
 ``remediation.breaker.max_pool_share`` of a pool out of service, or took out more than
 ``max_nodes_per_hour`` nodes in the last hour, until a person resets it. Requests by people
 still work. Its state is the audit log's: the newest ``breaker_tripped`` or ``breaker_reset``
-event; counting starts again at the last reset."""
+event. What the bot holds out is what the systems show (drains with its mark, cordons with
+its annotation), the execution history only when no system is listed."""
 
 from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, select, text
+from sqlalchemy import Connection, func, select, text
 
 from bot.execution import remediations
+from bot.runbooks.inventory import PoolInventory
 from bot.service import Service
 from bot.store import audit
 from bot.store.schema import audit_events
+from bot.store.schema import executions as executions_table
 from bot.store.words import Kind
 from kit.errors import Refused
 
@@ -54,22 +58,43 @@ class _Facts:
 
     kinds: dict[str, str]  # runbook -> drain, repair or resume
     pools: dict[str, frozenset[str]]
+    # the nodes the systems show the bot holds out (its drain marks, its cordons), with the
+    # executions that hold each; None when the bot lists no system, or one did not answer:
+    # then the execution history decides
+    held: Mapping[str, frozenset[int]] | None = None
 
     @classmethod
     def of(cls, bot: Service) -> _Facts:
-        pools = {"slurm": frozenset(bot.inventory.slurm),
-                 "kubernetes": frozenset(bot.inventory.kubernetes)}
-        return cls(bot.remediation_kinds(), {k: v for k, v in pools.items() if v})
+        inventory = bot.refresh_inventory()
+        pools = {"slurm": frozenset(inventory.slurm),
+                 "kubernetes": frozenset(inventory.kubernetes)}
+        listed = isinstance(inventory, PoolInventory) and inventory.listed
+        return cls(bot.remediation_kinds(), {k: v for k, v in pools.items() if v},
+                   inventory.held_by_bot if isinstance(inventory, PoolInventory) and listed
+                   else None)
 
 
 def _counts(facts: _Facts, conn: Connection, since: str) -> tuple[
         dict[str, list[str]], dict[str, int], list[str]]:
-    out = remediations.held_out(conn, facts.kinds, since)
+    out = (_held_since(facts.held, conn, since) if facts.held is not None
+           else remediations.held_out(conn, facts.kinds, since))
     hour = max(since, remediations.iso_ago(HOUR))
     taking = [name for name, kind in facts.kinds.items() if kind != "resume"]
     recent = remediations.taken_out(conn, taking, hour)
     held = {pool: sorted(out & nodes) for pool, nodes in facts.pools.items()}
     return held, {pool: len(nodes) for pool, nodes in facts.pools.items()}, sorted(recent)
+
+
+def _held_since(held: Mapping[str, frozenset[int]], conn: Connection, since: str) -> set[str]:
+    """The nodes held out by executions requested since the last reset (a reset forgives
+    what was out before it, as it does with the history)."""
+    if not since:
+        return set(held)
+    first = conn.execute(select(func.min(executions_table.c.id))
+                         .where(executions_table.c.requested_at >= since)).scalar()
+    if first is None:
+        return set()
+    return {node for node, holders in held.items() if max(holders) >= first}
 
 
 def _status(facts: _Facts, conn: Connection) -> Status:

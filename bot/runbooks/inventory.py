@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from adapters.kubernetes.base import CORDONED_BY
+from adapters.slurm import reasons
 from bot.config import InventoryConfig
 from bot.config_remediation import PoolsConfig
 from bot.runbooks.params import Inventory
@@ -30,6 +32,9 @@ class Seen:
     name: str
     pool_label: str | None = None
     drain_reason: str | None = None
+    # the bot's executions that hold the node out of service: drained with their mark
+    # (Slurm), cordoned with their annotation (Kubernetes). The breaker counts these.
+    held_by: frozenset[int] = frozenset()
 
 
 Lister = Callable[[], Iterable[str | Seen]]  # names as one system calls its nodes
@@ -60,6 +65,11 @@ class PoolInventory(Inventory):
     in_slurm: frozenset[str] = frozenset()
     in_kubernetes: frozenset[str] = frozenset()
     pools: PoolsConfig = field(default_factory=PoolsConfig)
+    # the nodes the bot holds out of service now, as the systems show it (its drain marks
+    # and cordon annotations), with the executions holding each; ``listed``: every system
+    # the bot lists answered (else only the execution history knows)
+    held_by_bot: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    listed: bool = False
 
     def facts(self) -> dict[str, Any]:
         marks = {"label": self.pools.label, "taint": self.pools.taint,
@@ -81,13 +91,24 @@ def discovery_sources(config: Config, backends: Mapping[str, Any]) -> InventoryS
     label = config.pools.label  # which pool a node serves: serves_kubernetes
     if slurm is not None:
         sources.slurm = lambda: [
-            Seen(node.name, drain_reason=node.reason if "DRAIN" in node.flags else None)
+            Seen(node.name, drain_reason=node.reason if "DRAIN" in node.flags else None,
+                 held_by=reasons.held_by(node.reason) if "DRAIN" in node.flags
+                 else frozenset())
             for node in slurm.nodes(None, with_jobs=False)]
     if kubernetes is not None:
         selector = config.inventory.kubernetes_selector
-        sources.kubernetes = lambda: [Seen(node.name, pool_label=node.labels.get(label))
-                                      for node in kubernetes.list_nodes(selector)]
+        sources.kubernetes = lambda: [
+            Seen(node.name, pool_label=node.labels.get(label),
+                 held_by=cordoned_by(node.annotations) if node.unschedulable else frozenset())
+            for node in kubernetes.list_nodes(selector)]
     return sources
+
+
+def cordoned_by(annotations: Mapping[str, str]) -> frozenset[int]:
+    """The execution whose cordon it is (``gpu-runbook-bot/cordoned-by=execution-N``)."""
+    owner = str(annotations.get(CORDONED_BY, ""))
+    number = owner.removeprefix("execution-")
+    return frozenset({int(number)}) if owner != number and number.isdigit() else frozenset()
 
 
 def build(config: InventoryConfig, sources: InventorySources,
@@ -110,6 +131,10 @@ def build(config: InventoryConfig, sources: InventorySources,
     slurm_seen = _discover("Slurm", sources.slurm, _reverse(config, "slurm"), sources.problems)
     k8s_seen = _discover("Kubernetes", sources.kubernetes, _reverse(config, "kubernetes"),
                          sources.problems)
+    # every system the bot lists answered: what they show is the whole truth of its holds
+    listed = (bool(sources.slurm or sources.kubernetes)
+              and (sources.slurm is None or slurm_seen is not None)
+              and (sources.kubernetes is None or k8s_seen is not None))
     if slurm_seen is None:
         slurm_seen = ({n: Seen(n) for n in static} if sources.kubernetes is None else {})
     k8s_seen = k8s_seen or {}
@@ -117,9 +142,15 @@ def build(config: InventoryConfig, sources: InventorySources,
                       if serves_slurm(seen.drain_reason, pools))
     kubernetes = frozenset(n for n, seen in k8s_seen.items()
                            if serves_kubernetes(seen.pool_label))
+    held: dict[str, frozenset[int]] = {}
+    for seen in (slurm_seen, k8s_seen):
+        for name, node in seen.items():
+            if node.held_by:
+                held[name] = held.get(name, frozenset()) | node.held_by
     return PoolInventory(nodes=static | set(slurm_seen) | set(k8s_seen), slurm=slurm,
                          kubernetes=kubernetes, names=_names(config),
                          in_slurm=frozenset(slurm_seen), in_kubernetes=frozenset(k8s_seen),
+                         held_by_bot=held, listed=listed,
                          pools=pools, mig_layouts=dict(mig_layouts or {}),
                          driver_floors=dict(driver_floors or {}))
 

@@ -9,9 +9,14 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from adapters.kubernetes.fake import FakeKubernetes
+from adapters.slurm import reasons
+from adapters.slurm.fake import FakeSlurm
 from bot.alerts import breaker, proposing
 from bot.alerts.proposing import Webhook, WebhookAlert
+from bot.config import InventoryConfig
 from bot.execution.engine import Engine
+from bot.runbooks.inventory import InventorySources, Seen, build, cordoned_by
 from bot.service import Service
 from bot.store import audit
 from bot.store.schema import proposals
@@ -376,3 +381,56 @@ def test_a_trip_after_a_reset_counts_only_from_the_reset(make_bot: BotFactory) -
     reason = breaker.stopped(bot)
     assert reason is not None and "2 of the 4 nodes" in reason
     assert breaker.status(bot).held_out["slurm"] == ["gpu01", "gpu03"]  # found by the model
+
+
+# --- held out: what the systems show, not the history -------------------------------------
+
+
+def cluster(bot: Service, slurm: FakeSlurm, kubernetes: FakeKubernetes) -> None:
+    """The bot's inventory listed from the fakes, as `runbook serve` lists the pools."""
+    sources = InventorySources(
+        slurm=lambda: [Seen(n.name, drain_reason=n.reason if "DRAIN" in n.flags else None,
+                            held_by=reasons.held_by(n.reason) if "DRAIN" in n.flags
+                            else frozenset())
+                       for n in slurm.nodes(None, with_jobs=False)],
+        kubernetes=lambda: [Seen(n.name, held_by=cordoned_by(n.annotations)
+                                 if n.unschedulable else frozenset())
+                            for n in kubernetes.list_nodes()])
+    bot.inventory = build(InventoryConfig(), sources)
+
+
+def test_held_out_is_what_the_cluster_shows_not_the_history(make_bot: BotFactory) -> None:
+    bot = make(make_bot, {"breaker": {"max_pool_share": 0.5, "max_nodes_per_hour": 100}})
+    slurm = FakeSlurm(["gpu01", "gpu02", "gpu03", "gpu04"])
+    kubernetes = FakeKubernetes(["gpu05", "gpu06", "gpu07"])
+    for node in ("gpu01", "gpu02", "gpu03"):  # the history: three drains by the bot
+        assert ran(bot, "drain-node", node).state == "succeeded"
+    slurm.update_nodes(["gpu01"], "DRAIN", "bob: PSU fan")  # somebody else's
+    slurm.update_nodes(["gpu02"], "DRAIN", "XID 79 (execution 2)")  # the bot's
+    # gpu03 was resumed by hand since: back in service whatever the history says
+    kubernetes.patch_node("gpu05", {"spec": {"unschedulable": True}, "metadata": {
+        "annotations": {"gpu-runbook-bot/cordoned-by": "execution-3"}}}, strategic=True)
+    cluster(bot, slurm, kubernetes)
+    now = breaker.status(bot)
+    assert now.held_out == {"slurm": ["gpu02"], "kubernetes": ["gpu05"]}
+    [proposal] = fire(bot, "GpuHot", "c1", node="gpu04", gpu="1")
+    assert proposal.state == "open", proposal.note  # 1 of 4 (the history: 3 of 4, tripped)
+    slurm.update_nodes(["gpu02"], "RESUME")
+    cluster(bot, slurm, kubernetes)
+    assert breaker.status(bot).held_out == {"slurm": [], "kubernetes": ["gpu05"]}
+
+
+def test_a_reset_forgives_the_holds_made_before_it(make_bot: BotFactory) -> None:
+    bot = make(make_bot, {"breaker": {"max_pool_share": 0.2, "max_nodes_per_hour": 100}})
+    slurm = FakeSlurm(["gpu01", "gpu02", "gpu03", "gpu04"])
+    first = ran(bot, "drain-node", "gpu01")
+    slurm.update_nodes(["gpu01", "gpu02"], "DRAIN", f"XID 79 (execution {first.id})")
+    cluster(bot, slurm, FakeKubernetes([]))
+    [stopped] = fire(bot, "GpuHot", "r1", node="gpu03", gpu="1")
+    assert stopped.state == "refused"
+    breaker.reset(bot, "carol", "gpu01 and gpu02 are being worked on")
+    assert breaker.status(bot).held_out == {"slurm": []}
+    later = ran(bot, "drain-node", "gpu03")
+    slurm.update_nodes(["gpu03"], "DRAIN", f"ECC (execution {later.id})")
+    cluster(bot, slurm, FakeKubernetes([]))
+    assert breaker.status(bot).held_out == {"slurm": ["gpu03"]}
