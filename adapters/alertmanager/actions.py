@@ -49,6 +49,8 @@ class SilenceArguments(StrictArguments):
     matchers: dict[str, str] = Field(min_length=1, description="label name -> value")
     regex: list[str] = Field(default_factory=list,
                              description="names of matchers whose value is a regex")
+    negative: list[str] = Field(default_factory=list,
+                                description="names of matchers that must not match (!=, !~)")
     duration: Seconds = Field(le=MAX_SILENCE, description='seconds, or like "2h"')
     comment: str = Field(min_length=1, max_length=2000)
     created_by: str = Field(default=BOT_AUTHOR, min_length=1, max_length=200)
@@ -57,7 +59,7 @@ class SilenceArguments(StrictArguments):
 
     @model_validator(mode="after")
     def _regex_names(self) -> SilenceArguments:
-        matchers_from(self.matchers, self.regex)
+        matchers_from(self.matchers, self.regex, self.negative)
         return self
 
 
@@ -65,6 +67,7 @@ class ExpireSilenceArguments(StrictArguments):
     silence_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
     matchers: dict[str, str] | None = None
     regex: list[str] = Field(default_factory=list)
+    negative: list[str] = Field(default_factory=list)
     created_by: str | None = Field(
         default=None, description="only silences by this creator (matchers form)")
 
@@ -75,7 +78,7 @@ class ExpireSilenceArguments(StrictArguments):
         if self.matchers is not None:
             if not self.matchers:
                 raise ValueError("matchers must not be empty")
-            matchers_from(self.matchers, self.regex)
+            matchers_from(self.matchers, self.regex, self.negative)
         return self
 
 
@@ -99,7 +102,7 @@ class SilenceAction(_AlertmanagerAction):
     Arguments: ClassVar[type[StrictArguments]] = SilenceArguments
 
     def plan(self, args: SilenceArguments) -> list[str]:
-        wanted = matchers_from(args.matchers, args.regex)
+        wanted = matchers_from(args.matchers, args.regex, args.negative)
         line = _amtool(self.config, "silence", "add", f"--author={args.created_by}",
                        f"--duration={format_duration(args.duration)}",
                        f"--comment={args.comment}", *(str(m) for m in wanted))
@@ -107,7 +110,7 @@ class SilenceAction(_AlertmanagerAction):
                 "matchers already lasts that long"]
 
     def run(self, args: SilenceArguments, ctx: ActionContext) -> ActionResult:
-        wanted = matchers_from(args.matchers, args.regex)
+        wanted = matchers_from(args.matchers, args.regex, args.negative)
         shown = " ".join(str(m) for m in wanted)
         now = datetime.now(UTC)
         ends = now + timedelta(seconds=args.duration)
@@ -153,7 +156,7 @@ class ExpireSilenceAction(_AlertmanagerAction):
         if args.silence_id is not None:
             return [_amtool(self.config, "silence", "expire", args.silence_id)]
         assert args.matchers is not None
-        wanted = matchers_from(args.matchers, args.regex)
+        wanted = matchers_from(args.matchers, args.regex, args.negative)
         by = f" by {args.created_by}" if args.created_by else ""
         return [_amtool(self.config, "silence", "query", "--quiet", *(str(m) for m in wanted))
                 + f"  # then expire each active or pending silence{by} with exactly these "
@@ -170,7 +173,7 @@ class ExpireSilenceAction(_AlertmanagerAction):
                             "nothing to expire",
                     details={"expired": []}, changed=False)
             assert args.matchers is not None
-            wanted = matchers_from(args.matchers, args.regex)
+            wanted = matchers_from(args.matchers, args.regex, args.negative)
             shown = " ".join(str(m) for m in wanted)
             found = self.backend.find_silences(wanted, exact=True, created_by=args.created_by)
             expired = [s.id for s in found if self.backend.expire_silence(s.id)]

@@ -58,14 +58,19 @@ class Matcher:
 MatchersLike = Mapping[str, str] | Iterable[Matcher]
 
 
-def matchers_from(matchers: MatchersLike, regex: Collection[str] = ()) -> tuple[Matcher, ...]:
+def matchers_from(matchers: MatchersLike, regex: Collection[str] = (),
+                  negative: Collection[str] = ()) -> tuple[Matcher, ...]:
     """Matchers from a ``{name: value}`` mapping (equality; the names in ``regex`` match
-    their value as a regular expression) or from ``Matcher`` objects, sorted by name."""
+    their value as a regular expression, those in ``negative`` must not match) or from
+    ``Matcher`` objects, sorted by name."""
     if isinstance(matchers, Mapping):
-        unknown = set(regex) - set(matchers)
+        unknown = (set(regex) | set(negative)) - set(matchers)
         if unknown:
-            raise ValueError(f"regex names {sorted(unknown)} that are not among the matchers")
-        built = [Matcher(check_label_name(n), v, is_regex=n in regex)
+            raise ValueError(f"regex or negative names {sorted(unknown)} that are not among "
+                             "the matchers")
+        if negative and set(negative) >= set(matchers):
+            raise ValueError("at least one matcher must match (not only negative ones)")
+        built = [Matcher(check_label_name(n), v, is_regex=n in regex, is_equal=n not in negative)
                  for n, v in matchers.items()]
     else:
         built = [Matcher(check_label_name(m.name), m.value, m.is_regex, m.is_equal)

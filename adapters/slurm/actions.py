@@ -67,6 +67,9 @@ class _NodesArguments(StrictArguments):
 
 class DrainArguments(_NodesArguments):
     reason: str = Field(min_length=1, max_length=256)
+    # the node is taken out for a fault found (a check, an alert): marked so, a routine
+    # return to service does not lift it (adapters.slurm.reasons)
+    failed_check: bool = False
 
     @field_validator("reason")
     @classmethod
@@ -258,7 +261,7 @@ class DrainAction(_SlurmAction):
     def run(self, args: DrainArguments, ctx: ActionContext) -> ActionResult:
         """Drain with the reason marked as this execution's. A node someone else drained
         keeps their reason (recorded in the details), ours joined after it."""
-        ours = reasons.marked(args.reason, ctx.execution_id)
+        ours = reasons.marked(args.reason, ctx.execution_id, args.failed_check)
         nodes = self._read(args.names, with_jobs=False)
         todo = [n.name for n in nodes if "DRAIN" not in n.flags]
         kept = {n.name: n.reason for n in nodes if "DRAIN" in n.flags

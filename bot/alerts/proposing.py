@@ -19,6 +19,7 @@ from sqlalchemy import Connection, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from adapters.alertmanager import parse_time
+from adapters.slurm import hostlist
 from bot.alerts import breaker
 from bot.alerts.choosing import Choice, NothingToDo, choose
 from bot.config import AlertRule
@@ -27,7 +28,7 @@ from bot.runbooks import templating
 from bot.service import Service
 from bot.store import audit
 from bot.store.db import now_iso
-from bot.store.schema import executions, proposals
+from bot.store.schema import executions, maintenance_windows, proposals
 from bot.store.words import Kind
 from kit.canonical import canonical
 from kit.errors import Refused
@@ -263,7 +264,8 @@ def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule,
         return None
     except Refused as exc:
         return _refuse(bot, alert, _asked(rule, params), refused, str(exc))
-    proposal = _record(bot, alert, choice, "open", choice.note, refused)
+    proposal = _record(bot, alert, choice, "open", _with_window(bot, choice, choice.note),
+                       refused)
     if proposal is None:  # proposed a moment ago by another request: it auto-ran there
         return None
     if rule.auto_run:
@@ -277,6 +279,7 @@ def _refuse(bot: Service, alert: WebhookAlert, choice: Choice,
     """A refused proposal with why, unless ``previous`` (the proposal this firing belongs
     to) is that same refusal: then it is only brought up to date (no second row, no second
     ``proposal_refused``)."""
+    note = _with_window(bot, choice, note) or note
     if (previous is not None and previous.state == "refused" and previous.note == note
             and json.loads(previous.params) == choice.params):
         with bot.db.begin() as conn:
@@ -302,6 +305,21 @@ def _record(bot: Service, alert: WebhookAlert, choice: Choice,
             "fingerprint": alert.fingerprint, "runbook": choice.runbook,
             "params": choice.params, "reason": note})
     return get(bot, proposal_id)
+
+
+def _with_window(bot: Service, choice: Choice, note: str | None) -> str | None:
+    """An alert about a node inside an open maintenance window still reaches people, marked
+    so; the window's close keeps the node out (bot.schedule.windows)."""
+    node = choice.params.get("node", "")
+    if not node:
+        return note
+    with bot.db.connect() as conn:
+        rows = conn.execute(select(maintenance_windows.c.id, maintenance_windows.c.nodes)
+                            .where(maintenance_windows.c.state == "open")).all()
+    inside = next((f"{node} is inside maintenance window {window_id}: the window keeps it "
+                   "out of service when it closes" for window_id, nodes in rows
+                   if node in hostlist.expand(nodes)), None)
+    return "; ".join(part for part in (inside, note) if part) or None
 
 
 def _one_at_a_time(conn: Connection, fingerprint: str) -> None:

@@ -43,7 +43,7 @@ from bot.schedule.scheduling import (
 from bot.service import Preapproval, Service
 from bot.store import audit, words
 from bot.store.db import now_iso
-from bot.store.schema import maintenance_windows
+from bot.store.schema import executions, maintenance_windows, proposals
 from bot.store.words import Kind, State
 from kit.canonical import canonical
 from kit.durations import format_duration, parse_duration
@@ -190,8 +190,29 @@ def open_params(bot: Service, window_id: int, nodes: str, seconds: float,
 
 
 def close_params(bot: Service, window: Window, report: str) -> dict[str, str]:
+    """close-window's parameters. A node a GPU alert was about while the window was open is
+    kept out: drained in Slurm, left cordoned in Kubernetes, named in the report."""
+    faulty = faulted(bot, window)
+    held = system_nodes(bot, faulty)
     return {"window": str(window.id), "nodes": window.nodes, "report": report,
-            **system_nodes(bot, window.names)}
+            **system_nodes(bot, window.names),
+            "k8s_nodes": system_nodes(bot, window.names - faulty)["k8s_nodes"],
+            "faulty": hostlist.compress(sorted(faulty)) if faulty else "",
+            "faulty_slurm": held["slurm_nodes"]}
+
+
+def faulted(bot: Service, window: Window) -> frozenset[str]:
+    """The window's nodes that a GPU alert (Gpu*, the shipped rules) was proposed about
+    since the window opened, whatever became of the proposal."""
+    with bot.db.connect() as conn:
+        opened = conn.execute(select(executions.c.requested_at).where(
+            executions.c.id == (window.open_execution_id or 0))).scalar()
+        since = opened or window.start.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        rows = conn.execute(select(proposals.c.params).where(
+            proposals.c.alertname.like("Gpu%"),
+            proposals.c.created_at >= since)).scalars()
+        named = {json.loads(params).get("node") for params in rows}
+    return frozenset(node for node in named if node in window.names)
 
 
 def plans_digest(plans: list[dict[str, Any]]) -> str:

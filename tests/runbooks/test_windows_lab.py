@@ -5,8 +5,11 @@ And the weekly gpu-usage-report against the lab's Slurm accounting and Prometheu
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -44,6 +47,27 @@ def silences(bot: Service) -> list[str]:
     backend = HttpAlertmanagerBackend(bot.config.alertmanager)
     return [" ".join(str(m) for m in s.matchers) for s in backend.find_silences()
             if s.created_by == "gpu-runbook-bot"]
+
+
+def seen_states(bot: Service, node: str, names: tuple[str, ...]) -> dict[str, str]:
+    """Post these alerts about ``node`` to the lab's Alertmanager; each one's state once
+    Alertmanager has decided on it (active or suppressed)."""
+    assert bot.config.alertmanager is not None
+    url = f"{bot.config.alertmanager.url}/api/v2/alerts"
+    ends = (datetime.now(UTC) + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = json.dumps([{"labels": {"alertname": name, "node": node, "test": "window"},
+                        "endsAt": ends} for name in names]).encode()  # gone in 30 s
+    urllib.request.urlopen(urllib.request.Request(
+        url, body, {"Content-Type": "application/json"}, method="POST"), timeout=10).close()
+    backend = HttpAlertmanagerBackend(bot.config.alertmanager)
+    deadline = time.monotonic() + 20
+    while True:
+        states = {a.labels["alertname"]: a.state for a in backend.alerts(silenced=True)
+                  if a.labels.get("test") == "window"}
+        if len(states) == len(names) and "unprocessed" not in states.values():
+            return states
+        assert time.monotonic() < deadline, f"Alertmanager did not decide: {states}"
+        time.sleep(0.2)
 
 
 def settle(bot: Service, window_id: int, done: str, seconds: float = 180) -> windows.Window:
@@ -92,8 +116,11 @@ def test_a_window_opens_and_closes_on_the_lab(lab: Lab, bot: Service) -> None:
         gpu05 = nodes(lab)["gpu05"]
         assert gpu05["spec"].get("unschedulable") is True
         assert gpu05["metadata"]["annotations"][CORDONED_BY] == f"window-{window.id}"
-        assert 'node=~"gpu04|gpu05"' in silences(bot)
+        assert 'alertname!~"Gpu.*" node=~"gpu04|gpu05"' in silences(bot)
         assert [run["state"] for run in opened.runs] == ["succeeded"]
+        # the real Alertmanager: the window's noise is silenced, a GPU fault is not
+        assert seen_states(bot, "gpu04", ("GpuXidFallenOffBus", "WindowNoise")) == {
+            "GpuXidFallenOffBus": "active", "WindowNoise": "suppressed"}
 
         windows.cancel(bot, window.id, "alice")  # an open window closes now
         closed = settle(bot, window.id, windows.CLOSED)

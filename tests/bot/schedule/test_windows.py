@@ -20,6 +20,8 @@ import pytest
 import time_machine
 from sqlalchemy import func, select
 
+from bot.alerts import proposing
+from bot.alerts.proposing import Webhook, WebhookAlert
 from bot.execution import locking
 from bot.execution.engine import Engine
 from bot.runbooks.catalogue import Catalogue
@@ -57,7 +59,8 @@ def strict(**extra: Any) -> dict[str, Any]:
                    windows="required", **extra)
 
 
-def window_bot(make_bot: BotFactory, systems: Systems, url: str | None = None) -> Service:
+def window_bot(make_bot: BotFactory, systems: Systems, url: str | None = None,
+               **overrides: Any) -> Service:
     made = make_bot({
         "open-window": (RUNBOOKS / "open-window.yaml").read_text(),
         "close-window": (RUNBOOKS / "close-window.yaml").read_text(),
@@ -70,7 +73,7 @@ def window_bot(make_bot: BotFactory, systems: Systems, url: str | None = None) -
         # runs until the test opens its gate
         "gated": runbook([{"id": "a", "action": "test.gate", "with": {"key": "{{ node }}"}}],
                          name="gated", locks=[]),
-    }, url=url)
+    }, url=url, **overrides)
     made.catalogue = Catalogue([*made.catalogue._actions.values(), *systems.actions()])
     return systems.guarding(made)
 
@@ -128,7 +131,7 @@ def test_a_window_opens_runs_its_runbooks_and_closes(bot: Service, systems: Syst
     assert set(systems.slurm.reserved) == {f"window-{window.id}"}
     assert systems.slurm.reserved[f"window-{window.id}"].nodes == ["gpu03", "gpu04"]
     assert systems.cordoned() == {"gpu04": f"window-{window.id}"}
-    assert systems.alertmanager.active() == ['node=~"gpu03|gpu04"']
+    assert systems.alertmanager.active() == ['alertname!~"Gpu.*" node=~"gpu03|gpu04"']
     assert fakes.JOURNAL == [("test.record", "gpu03"), ("test.record", "gpu04")]
     assert [run["state"] for run in window.runs] == ["succeeded", "succeeded"]
     strict_run = bot.get(window.runs[1]["execution_id"])
@@ -479,3 +482,46 @@ def test_a_window_does_not_open_over_a_node_somebody_holds(any_bot: Any) -> None
 
 def test_lock_module_knows_the_states_in_which_a_window_holds_its_nodes() -> None:
     assert set(locking.WINDOW_HOLDS) == {windows.OPENING, windows.OPEN, windows.CLOSING}
+
+
+# --- a window hides no fault ----------------------------------------------------------
+
+
+def test_a_gpu_alert_inside_a_window_reaches_people_and_keeps_its_node_out(
+        make_bot: BotFactory, systems: Systems) -> None:
+    bot = window_bot(make_bot, systems, alert_rules=[
+        {"match": {"alertname": "GpuXidFallenOffBus"}, "runbook": "demo",
+         "params": {"node": "{{ labels.node }}"}}])
+    window = create(bot)  # gpu03 (Slurm) and gpu04 (Slurm and Kubernetes)
+    windows.approve(bot, window.id, "carol")
+    windows.fire_open(bot, window.id)
+    drive(bot)
+    assert systems.alertmanager.active() == ['alertname!~"Gpu.*" node=~"gpu03|gpu04"']
+    alert = WebhookAlert.model_validate({
+        "status": "firing", "labels": {"alertname": "GpuXidFallenOffBus", "node": "gpu04"},
+        "fingerprint": "x79", "startsAt": "2030-01-01T02:30:00Z"})
+    [proposal] = proposing.receive(bot, Webhook(version="4", status="firing", alerts=[alert]))
+    assert (f"gpu04 is inside maintenance window {window.id}: the window keeps it out of "
+            "service when it closes") in (proposal.note or "")
+    windows.fire_close(bot, window.id)
+    drive(bot)
+    window = windows.get(bot, window.id)
+    assert window.state == windows.CLOSED
+    close = bot.get(window.close_execution_id or 0)
+    assert close.state == "succeeded", close.error
+    assert close.params["faulty"] == "gpu04"
+    assert systems.slurm.reserved == {}  # the reservation went, gpu04 stays out:
+    assert "DRAIN" in systems.slurm.state["gpu04"].flags
+    assert systems.slurm.state["gpu04"].reason.endswith(
+        f"(execution {close.id}: failed check)")
+    assert "DRAIN" not in systems.slurm.state["gpu03"].flags  # no alert: back in service
+    assert systems.cordoned() == {"gpu04": f"window-{window.id}"}  # still cordoned
+    assert systems.alertmanager.active() == []  # the window's silence is over
+    said = [e["data"] for e in events(bot) if e["kind"] == "step_finished"
+            and e["data"].get("step") == "announce"]
+    assert said and "KEPT OUT OF SERVICE: gpu04" in said[-1]["summary"]
+
+
+def events(bot: Service) -> list[dict[str, Any]]:
+    with bot.db.connect() as conn:
+        return list(audit.events(conn))
