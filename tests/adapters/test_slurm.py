@@ -254,19 +254,22 @@ def test_node_info_of_idle_nodes(slurm: Slurm) -> None:
 
 @needs("update_nodes", "nodes")
 def test_drain_is_one_scontrol_call_then_no_change_then_resume(slurm: Slurm) -> None:
-    assert slurm.plan("slurm.drain", nodes="gpu[01-02]", reason="XID 79") == [
-        'scontrol update NodeName=gpu[01-02] State=DRAIN Reason="XID 79"']
+    assert slurm.plan("slurm.drain", nodes="gpu[01-02]", reason="XID 79")[0] == (
+        'scontrol update NodeName=gpu[01-02] State=DRAIN Reason="XID 79 (execution <this '
+        'execution>)"')
     first = slurm.run("slurm.drain", nodes="gpu[01-02]", reason="XID 79")
     assert first.changed
     updates = slurm.runner.count("scontrol", "update")  # 0 where no scontrol runs (rest)
     assert updates == (1 if slurm.kind == "cli" else 0)
     if slurm.kind == "cli":
         update = next(c for c in slurm.runner.calls if c[1:2] == ["update"])
-        assert update[2:] == ["NodeName=gpu[01-02]", "State=DRAIN", "Reason=XID 79"]
+        assert update[2:] == ["NodeName=gpu[01-02]", "State=DRAIN",
+                              "Reason=XID 79 (execution 1)"]
 
     nodes = {n.name: n for n in slurm.backend.nodes(["gpu01", "gpu02", "gpu03"])}
     assert nodes["gpu01"].drained and nodes["gpu02"].drained and not nodes["gpu03"].drained
-    assert nodes["gpu01"].reason == "XID 79" and nodes["gpu01"].reason_user == "root"
+    assert nodes["gpu01"].reason == "XID 79 (execution 1)"  # the bot's mark, read back
+    assert nodes["gpu01"].reason_user == "root"
     assert nodes["gpu01"].reason_time and abs(nodes["gpu01"].reason_time - time.time()) < 300
 
     again = slurm.run("slurm.drain", nodes="gpu[01-02]", reason="XID 79")
