@@ -306,7 +306,7 @@ class Service:
                 *, configured: bool = False, break_glass: bool = False,
                 preapproved: Preapproval | None = None,
                 also: Callable[[Connection, int], None] | None = None,
-                window_id: int | None = None) -> int:
+                window_id: int | None = None, warning: str | None = None) -> int:
         """Validate, plan and record a run request; returns the execution ID.
 
         ``configured``: the configuration itself asks (an alert rule with auto_run), so
@@ -317,7 +317,7 @@ class Service:
         ``window_id``: that maintenance window itself asks (a runbook inside it, its
         close-window): the run may take the node locks the window holds (bot.execution.locking).
         """
-        extras = _Extras(preapproved, also, window_id)
+        extras = _Extras(preapproved, also, window_id, warning)
         try:
             return self._request(name, raw, user, source, configured, break_glass, extras)
         except (Refused, locking.LockConflict, RunbookError) as exc:
@@ -334,6 +334,8 @@ class Service:
             raise Refused(f"{user} may not request runbooks (requesters: "
                           f"{', '.join(self.config.requesters)})")
         plan = self.plan(name, raw, break_glass=break_glass)
+        if extras.warning:  # shown to the approvers with the plan, not part of its hash
+            plan = dataclasses.replace(plan, warnings=[*plan.warnings, extras.warning])
         problem = unapprovable(plan.approval, name)
         if problem is not None:
             raise Refused(problem)
@@ -597,6 +599,7 @@ class _Extras:
     preapproved: Preapproval | None = None
     also: Callable[[Connection, int], None] | None = None
     window_id: int | None = None  # a run of this maintenance window: it may take its node locks
+    warning: str | None = None  # for the approvers (a proposal whose alert resolved)
 
 
 def _text(value: Any) -> str:

@@ -407,8 +407,11 @@ def run(bot: Service, proposal_id: int, user: str, *, configured: bool = False) 
         raise Refused(f"proposal {proposal_id} is {proposal.state}, not open")
     _claim(bot, proposal_id, "started")
     try:
+        resolved = (f"the alert that proposed this ({proposal.alertname}) resolved at "
+                    f"{proposal.resolved_at}: check that the run is still needed"
+                    if proposal.alert_status == "resolved" else None)
         execution_id = bot.request(proposal.runbook, proposal.params, user, source="alert",
-                                   configured=configured)
+                                   configured=configured, warning=resolved)
     except BaseException:  # refused (or failed): the proposal is open again, as it was
         with bot.db.begin() as conn:
             conn.execute(update(proposals).where(

@@ -98,6 +98,8 @@ def plan_message(ex: Execution, approvers: list[str], now: float | None = None) 
     checks = _checks("Pre-checks", plan.pre_checks) + _checks("Post-checks", plan.post_checks)
     if checks:
         blocks.append(_section("\n".join(checks)))
+    if plan.warnings:  # a repeat offender, an alert that resolved since it proposed this
+        blocks.append(_section("\n".join(f"⚠️ *{w}*" for w in plan.warnings)))
     blocks.append(_section(_approval_line(ex, approvers, now)))
     if ex.state == State.AWAITING_APPROVAL:
         value = f"{ex.id}:{ex.plan_hash}"

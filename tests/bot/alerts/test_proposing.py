@@ -24,6 +24,7 @@ from bot.runtime.serving import application
 from bot.store import audit
 from bot.store.schema import executions
 from bot.surfaces.chat import commands
+from bot.surfaces.slack.blocks import plan_message
 from kit.errors import Refused
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
@@ -111,6 +112,20 @@ def test_run_and_dismiss(served: Any) -> None:
     assert proposing.listing(bot) == []
     with pytest.raises(Exception, match="not open"):
         proposing.run(bot, second.id, "alice")
+
+
+def test_running_a_proposal_whose_alert_resolved_tells_the_approvers(served: Any) -> None:
+    bot, url = served
+    post(url, webhook(alert("GpuXidFallenOffBus", "gpu01", fingerprint="r")))
+    post(url, webhook(alert("GpuXidFallenOffBus", "gpu01", status="resolved", fingerprint="r")))
+    [proposal] = proposing.listing(bot)
+    assert proposal.alert_status == "resolved"
+    ex = bot.get(proposing.run(bot, proposal.id, "alice"))
+    assert ex.plan.warnings == [
+        f"the alert that proposed this (GpuXidFallenOffBus) resolved at {proposal.resolved_at}: "
+        "check that the run is still needed"]
+    card = json.dumps(plan_message(ex, ["carol"]).blocks)
+    assert "resolved at" in card and "still needed" in card
 
 
 def test_only_a_requester_may_dismiss(served: Any) -> None:
