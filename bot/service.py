@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 
 from adapters.slurm import hostlist
 from bot.config import Config
-from bot.execution import confirming, executions, locking, remediations
+from bot.execution import confirming, executions, locking, node_states, remediations
 from bot.execution.approval import approval_problem, may_steer, unapprovable
 from bot.execution.checks.core import Checks
 from bot.execution.executions import Execution
@@ -173,6 +173,10 @@ class Service:
                               "hash")
             self._pinned[key] = loaded
         return self._pinned[key]
+
+    def node_states(self, nodes: Sequence[str]) -> str:
+        """Where each of ``nodes`` stands now in each pool, for a failure's message."""
+        return node_states.describe(self.backends, self.inventory, nodes)
 
     def replan(self, ex: Execution) -> Plan:
         """Plan an execution again: its pinned runbook version, its parameters, today's

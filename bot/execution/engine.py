@@ -13,7 +13,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -63,6 +63,8 @@ class Parts(Protocol):
     def checks(self) -> Checks: ...
 
     def replan(self, ex: Execution) -> Plan: ...
+
+    def node_states(self, nodes: Sequence[str]) -> str: ...
 
 
 class Reporter(Protocol):
@@ -775,6 +777,10 @@ class Engine:
              expect: dict[str, Any] | None = None, **data: Any) -> bool:
         """End the execution (compare-and-set on the claim and ``expect``); False when the
         row was not as expected (a cancel came in, say) and nothing was written."""
+        if state in (State.FAILED, State.CANCELLED) and error:
+            where = self.bot.node_states([lock.removeprefix("node:") for lock in ex.plan.locks
+                                          if lock.startswith("node:")])
+            error = f"{error}. {where}" if where else error
         with self._write(claim) as conn:
             ended = executions.finish(conn, executions.get(conn, ex.id), state, ENGINE, error,
                                       expect={"epoch": claim.epoch, **(expect or {})}, **data)

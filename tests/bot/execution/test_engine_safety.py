@@ -73,6 +73,7 @@ def test_a_cancel_says_which_nodes_stay_out_for_want_of_an_undo(make_bot: BotFac
         "name": "capacity", "capacity": {"pool_of": "{{ node }}", "min_free_gpus_after": 0}}])})
     bot.catalogue = Catalogue([*bot.catalogue._actions.values(), *systems.actions()], KNOWN)
     systems.guarding(bot)
+    bot.backends = {"slurm": systems.slurm}  # the end of the message reads where nodes stand
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     engine = Engine(bot, sleep=lambda s: None)
     worker, box = drive_in_thread(engine, execution_id)
@@ -81,9 +82,11 @@ def test_a_cancel_says_which_nodes_stay_out_for_want_of_an_undo(make_bot: BotFac
     worker.join(10)
     engine.close()
     assert box["ex"].state == "cancelled"
-    assert box["ex"].error == ("cancelled on request; nothing to undo; still out of service "
-                               "(no undo): drain: the nodes stay out until a runbook returns "
-                               "them (resume-node)")
+    assert box["ex"].error == (
+        "cancelled on request; nothing to undo; still out of service (no undo): drain: the "
+        "nodes stay out until a runbook returns them (resume-node). state now: gpu01: Slurm "
+        f'drained ("swap GPU 1 (execution {execution_id})"); next: resume-node once it is '
+        "serviced")
     assert "DRAIN" in systems.slurm.state["gpu01"].flags
 
 
