@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,8 +60,12 @@ class WindowHold:
     execution_id: int  # its open-window execution: the rows it holds carry this ID
     ends_at: float  # its scheduled end (epoch seconds); it holds its nodes until it closes
 
-    def describe(self) -> str:
+    def describe(self, now: float | None = None) -> str:
         end = datetime.fromtimestamp(self.ends_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        if (time.time() if now is None else now) >= self.ends_at:  # over: it is closing
+            return (f"maintenance window {self.window_id} ({self.state} on {self.nodes}, past "
+                    f"its end at {end}: it holds its nodes until its runs inside end and "
+                    f"close-window has run; created by {self.created_by})")
         return (f"maintenance window {self.window_id} ({self.state} on {self.nodes} until "
                 f"{end}, created by {self.created_by})")
 

@@ -525,3 +525,14 @@ def test_a_gpu_alert_inside_a_window_reaches_people_and_keeps_its_node_out(
 def events(bot: Service) -> list[dict[str, Any]]:
     with bot.db.connect() as conn:
         return list(audit.events(conn))
+
+
+def test_a_refusal_by_a_window_past_its_end_says_why_it_still_holds() -> None:
+    hold = locking.WindowHold(7, "gpu[04-05]", "closing", "alice", 12, ends_at=1_000_000.0)
+    assert hold.describe(now=999_000.0) == (
+        "maintenance window 7 (closing on gpu[04-05] until 1970-01-12 13:46 UTC, created by "
+        "alice)")
+    assert hold.describe(now=1_000_001.0) == (
+        "maintenance window 7 (closing on gpu[04-05], past its end at 1970-01-12 13:46 UTC: "
+        "it holds its nodes until its runs inside end and close-window has run; created by "
+        "alice)")
