@@ -7,9 +7,9 @@ request needs is decided by planning (bot.execution.planning), not here.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-import time
 from datetime import UTC, datetime
 from typing import Any
 
