@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from adapters.kubernetes.backend import KubernetesError, Pod
 from adapters.kubernetes.fake import FakeKubernetes
 from adapters.slurm.fake import FakeSlurm
 from bot.config import InventoryConfig, PoolFloors
@@ -169,3 +170,53 @@ def test_whole_pool_counts_every_node_of_the_named_pool() -> None:
     assert not outcome.passed and "gpu06 (cordoned)" in outcome.detail
     outcome = guard(check(whole_pool=True, min_free_gpus_after=0), 1e12)
     assert not outcome.passed and outcome.detail == "whole_pool needs pool: slurm or kubernetes"
+
+
+# --- edges each guard line stands on (a test per mutant of the count) --------------------
+
+
+def pod(name: str, node: str, gpus: int, **extra: Any) -> Pod:
+    return Pod("serving", name, f"uid-{name}", node=node, phase=extra.pop("phase", "Running"),
+               gpus_requested=gpus, **extra)
+
+
+def test_only_pods_that_hold_gpus_count_against_a_node() -> None:
+    slurm, kubernetes = systems()  # gpu05 and gpu06 serve Kubernetes, 8 GPUs each
+    kubernetes.pods = [pod("a", "gpu05", 2), pod("done", "gpu05", 4, phase="Succeeded"),
+                       pod("crashed", "gpu05", 4, phase="Failed"),
+                       pod("leaving", "gpu05", 4, deleting=True), pod("b", "gpu06", 8)]
+    outcome = evaluator(slurm, kubernetes)(check(pool_of="gpu05", pool="kubernetes",
+                                                 min_free_gpus_after=0), 1e12)
+    # gpu05: 8 - 2 (finished, failed and terminating pods hold nothing); gpu06: 0 free
+    assert outcome.extra["pools"]["Kubernetes"]["now"] == 6
+    assert outcome.extra["pools"]["Kubernetes"]["after"] == 0
+
+
+def test_a_node_whose_jobs_overcommit_it_counts_no_negative_gpus() -> None:
+    slurm, kubernetes = systems()
+    slurm.state["gpu01"] = replace(slurm.state["gpu01"], state="allocated", gpus_used=12)
+    outcome = evaluator(slurm, kubernetes)(check(pool_of="gpu02", pool="slurm",
+                                                 min_free_gpus_after=0), 1e12)
+    assert outcome.extra["pools"]["Slurm"]["now"] == 24  # 0 + 8 + 8 + 8, never -4
+
+
+def test_after_equal_to_the_site_floor_passes_one_under_fails() -> None:
+    slurm, kubernetes = systems()  # 32 free in Slurm, 24 with one node out
+    at_floor = evaluator(slurm, kubernetes, PoolFloors(slurm=24))(
+        check(pool_of="gpu01", pool="slurm", min_free_gpus_after=0), 1e12)
+    assert at_floor.passed and not at_floor.extra["below_site_floor"]
+    under = evaluator(slurm, kubernetes, PoolFloors(slurm=25))(
+        check(pool_of="gpu01", pool="slurm", min_free_gpus_after=0), 1e12)
+    assert not under.passed and under.extra["below_site_floor"]
+
+
+def test_a_kubernetes_api_that_fails_fails_the_guard() -> None:
+    slurm, kubernetes = systems()
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise KubernetesError("the API server answered 500")
+
+    kubernetes.list_pods = failing  # type: ignore[method-assign]
+    outcome = evaluator(slurm, kubernetes)(check(pool_of="gpu05", min_free_gpus_after=0), 1e12)
+    assert not outcome.passed
+    assert outcome.detail == "cannot count free GPUs: the API server answered 500"
