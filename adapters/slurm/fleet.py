@@ -70,6 +70,7 @@ class DrainBatchesAction(_SlurmAction):
             todo = [name for name in batch if name not in drained]
             if todo:
                 ctx.checkpoint(f"about to drain {compress(todo)}")  # stop between batches
+                ctx.guard_capacity(todo)  # the numbers of this moment, before each batch
                 self.backend.update_nodes(todo, "DRAIN", reason)
             done += [name for name in batch if name in ours or name in todo]
             for name in batch:

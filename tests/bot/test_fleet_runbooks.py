@@ -119,6 +119,28 @@ def run(bot: Service, name: str, params: dict[str, str]) -> Any:
     return Engine(bot, sleep=lambda s: None).drive(execution_id)
 
 
+def test_each_batch_asks_the_capacity_guard_again(make_bot: BotFactory) -> None:
+    """Others drain half the pool while the first batch drains: the second is refused with
+    the numbers of that moment, before it is touched, and the undo gives back this run's."""
+    bot, systems = fleet_bot(make_bot, names("gpu[01-08]"), [])
+    real = systems.slurm.update_nodes
+
+    def others_drain_meanwhile(nodes: list[str], state: str, reason: str | None = None) -> None:
+        real(nodes, state, reason)
+        if nodes == ["gpu01", "gpu02"] and state == "DRAIN":
+            real(names("gpu[05-08]"), "DRAIN", "bob: rack 2 power")
+
+    systems.slurm.update_nodes = others_drain_meanwhile  # type: ignore[method-assign]
+    ex = run(bot, "drain-nodes", {"nodes": "gpu[01-04]", "reason": "rack 1",
+                                  "max_parallel": "2"})
+    assert ex.state == "failed"
+    assert ("capacity guard before taking gpu[03-04] out: capacity stays above the floor with "
+            "the whole set out: Slurm pool: 16 free GPUs now, 0 after taking gpu[03-04] "
+            "(2 nodes) out") in (ex.error or "")
+    assert [n for n in names("gpu[01-04]") if "DRAIN" in systems.slurm.state[n].flags] == []
+    assert all("DRAIN" in systems.slurm.state[n].flags for n in names("gpu[05-08]"))
+
+
 def test_drain_then_resume_a_set_shows_node_states_in_one_message(
         make_bot: BotFactory) -> None:
     bot, systems = fleet_bot(make_bot, names("gpu[01-06]"), names("gpu[05-08]"))
