@@ -34,6 +34,8 @@ INVENTORY = PoolInventory(nodes=SLURM | K8S, slurm=SLURM, kubernetes=K8S,
 # Every shipped runbook with a step that takes GPUs out, with a request for each of its
 # branches (Slurm, Kubernetes, both; the pools of handoff-node and the drivers).
 REQUESTS: dict[str, list[dict[str, str]]] = {
+    "close-window": [{"window": "3", "nodes": "gpu[03-04]", "slurm_nodes": "gpu[03-04]",
+                      "faulty": "gpu03", "faulty_slurm": "gpu03"}],  # keeps a faulty node out
     "drain-node": [{"node": n, "reason": "XID 79"} for n in ("gpu02", "gpu04", "gpu05")],
     "drain-nodes": [{"nodes": "gpu[01-06]", "reason": "row 4"}],
     "handoff-node": [{"node": "gpu04", "to": "kubernetes"}, {"node": "gpu04", "to": "slurm"}],
