@@ -287,7 +287,9 @@ class ResumeAction(_SlurmAction):
     needs: ClassVar[tuple[str, ...]] = ("update_nodes",)
 
     def plan(self, args: ResumeArguments) -> list[str]:
-        lines = [commands.show(commands.update_nodes(args.names, "RESUME", None))]
+        lines = [commands.show(commands.update_nodes(args.names, "RESUME", None))
+                 + ("  # only what this execution drained: another owner's reason is put "
+                    "back, the node left drained" if args.only_this_run else "")]
         if args.wait:
             lines.append(f"wait until {args.hostlist} respond (at most "
                          f"{format_duration(args.wait_timeout)})")

@@ -130,7 +130,7 @@ def test_each_batch_asks_the_capacity_guard_again(make_bot: BotFactory) -> None:
         if nodes == ["gpu01", "gpu02"] and state == "DRAIN":
             real(names("gpu[05-08]"), "DRAIN", "bob: rack 2 power")
 
-    systems.slurm.update_nodes = others_drain_meanwhile  # type: ignore[method-assign]
+    systems.slurm.update_nodes = others_drain_meanwhile  # type: ignore[assignment,method-assign]
     ex = run(bot, "drain-nodes", {"nodes": "gpu[01-04]", "reason": "rack 1",
                                   "max_parallel": "2"})
     assert ex.state == "failed"
