@@ -1,0 +1,50 @@
+"""Who may decide on a run: a requester who is also an approver may deny their own request
+(a change of mind is always allowed) but never approve it unless the policy says so."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import update
+
+from bot.execution.engine import Engine
+from bot.store import audit
+from bot.store.schema import executions as executions_table
+from kit.errors import Refused
+from tests.bot import fakes
+from tests.bot.execution.test_engine import record, runbook
+from tests.conftest import BotFactory
+
+
+def test_a_requester_who_approves_may_deny_their_own_request(make_bot: BotFactory) -> None:
+    bot = make_bot({"demo": runbook([record("a", "a")], risk="medium")})
+    first = bot.request("demo", {"node": "gpu01"}, "carol")  # carol is a gpu-lead
+    with pytest.raises(Refused, match=r"carol requested execution \d+ and may not approve it"):
+        bot.approve(first, "carol")
+    denied = bot.deny(first, "carol", "wrong node")
+    assert denied.state == "denied" and denied.error == "denied by carol: wrong node"
+    second = bot.request("demo", {"node": "gpu02"}, "alice")
+    with pytest.raises(Refused, match="bob may not approve demo"):
+        bot.deny(second, "bob", "not an approver")  # nor deny: bob is not an approver
+    assert bot.get(second).state == "awaiting_approval"
+
+
+def test_the_engine_itself_never_starts_a_run_short_of_approvals(make_bot: BotFactory) -> None:
+    """The service's gate skipped (a row written approved by a bug or by hand): the engine
+    counts the approvals of the plan it would run and asks for them instead of running."""
+    fakes.reset()
+    bot = make_bot({"demo": runbook([record("a", "a")], risk="medium")})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
+    with bot.db.begin() as conn:
+        conn.execute(update(executions_table).where(executions_table.c.id == execution_id)
+                     .values(state="approved"))
+    engine = Engine(bot, sleep=lambda s: None)
+    try:
+        engine.run_pending(once=True)
+    finally:
+        engine.close()
+    assert bot.get(execution_id).state == "awaiting_approval"
+    assert fakes.JOURNAL == []  # no step ran
+    with bot.db.connect() as conn:
+        missing = [e for e in audit.events(conn, execution_id=execution_id)
+                   if e["kind"] == "approval_missing"]
+    assert missing and missing[0]["data"]["what"] == "0 of 1 approvals"
