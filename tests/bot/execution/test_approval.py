@@ -1,7 +1,11 @@
-"""Who may decide on a run: a requester who is also an approver may deny their own request
-(a change of mind is always allowed) but never approve it unless the policy says so."""
+"""Who may decide on a run, and what the engine checks again itself: a requester who is also
+an approver may deny their own request but never approve it unless the policy says so; the
+engine never starts a run short of approvals, and holds one that lost its locks."""
 
 from __future__ import annotations
+
+import threading
+from typing import Any
 
 import pytest
 from sqlalchemy import update
@@ -9,6 +13,7 @@ from sqlalchemy import update
 from bot.execution.engine import Engine
 from bot.store import audit
 from bot.store.schema import executions as executions_table
+from bot.store.schema import locks
 from kit.errors import Refused
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
@@ -48,3 +53,27 @@ def test_the_engine_itself_never_starts_a_run_short_of_approvals(make_bot: BotFa
         missing = [e for e in audit.events(conn, execution_id=execution_id)
                    if e["kind"] == "approval_missing"]
     assert missing and missing[0]["data"]["what"] == "0 of 1 approvals"
+
+
+def test_a_run_that_loses_its_locks_while_running_is_held_before_its_next_step(
+        make_bot: BotFactory) -> None:
+    fakes.reset()
+    bot = make_bot({"demo": runbook([
+        {"id": "wait", "action": "test.gate", "with": {"key": "wait", "seconds": 30}},
+        record("b", "b")])})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")  # risk low: runs at once
+    engine = Engine(bot, sleep=lambda s: None)
+    box: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: box.update(ex=engine.drive(execution_id)))
+    worker.start()
+    try:
+        assert fakes.STARTED.setdefault("wait", threading.Event()).wait(10)
+        with bot.db.begin() as conn:  # expired and taken by another run meanwhile
+            conn.execute(locks.delete().where(locks.c.execution_id == execution_id))
+        fakes.GATES.setdefault("wait", threading.Event()).set()
+        worker.join(20)
+    finally:
+        engine.close()
+    assert box["ex"].state == "held", box["ex"].error
+    assert "no longer holds its locks" in (box["ex"].error or "")
+    assert ("test.record", "b") not in fakes.JOURNAL  # the next step never ran
