@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from bot.execution import executions
 from bot.execution.engine import Engine
 from bot.store import audit
 from bot.store.schema import executions as executions_table
 from bot.store.schema import locks
+from bot.store.words import State
 from kit.errors import Refused
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
@@ -77,3 +79,18 @@ def test_a_run_that_loses_its_locks_while_running_is_held_before_its_next_step(
     assert box["ex"].state == "held", box["ex"].error
     assert "no longer holds its locks" in (box["ex"].error or "")
     assert ("test.record", "b") not in fakes.JOURNAL  # the next step never ran
+
+
+def test_finish_never_overwrites_an_ended_execution(make_bot: BotFactory) -> None:
+    bot = make_bot({"demo": runbook([record("a", "a")], risk="medium")})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
+    assert bot.cancel(execution_id, "alice").state == "cancelled"
+    with bot.db.begin() as conn:
+        ex = executions.get(conn, execution_id)
+        assert not executions.finish(conn, ex, State.SUCCEEDED, "engine")  # default guard
+        assert not executions.finish(conn, ex, State.FAILED, "engine", "late",
+                                     expect={"state": {State.RUNNING, State.UNDOING}})
+        assert executions.update_if(conn, execution_id, {"state": {State.CANCELLED}},
+                                    error="a set of expected states is honoured")
+    ex = bot.get(execution_id)
+    assert ex.state == "cancelled" and ex.error == "a set of expected states is honoured"
