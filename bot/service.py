@@ -21,7 +21,14 @@ from sqlalchemy.exc import IntegrityError
 
 from adapters.slurm import hostlist
 from bot.config import Config
-from bot.execution import confirming, executions, locking, node_states, remediations
+from bot.execution import (
+    confirming,
+    executions,
+    fault_holds,
+    locking,
+    node_states,
+    remediations,
+)
 from bot.execution.approval import approval_problem, may_steer, unapprovable
 from bot.execution.checks.core import Checks
 from bot.execution.executions import Execution
@@ -174,9 +181,12 @@ class Service:
             self._pinned[key] = loaded
         return self._pinned[key]
 
-    def node_states(self, nodes: Sequence[str]) -> str:
-        """Where each of ``nodes`` stands now in each pool, for a failure's message."""
-        return node_states.describe(self.backends, self.inventory, nodes)
+    def node_states(self, nodes: Sequence[str], execution_id: int) -> str:
+        """As a run fails or is cancelled: a node its failed check keeps out of Slurm is kept
+        cordoned in Kubernetes too; then where each node stands now in each pool."""
+        kept = fault_holds.carry_over(self.backends, self.inventory, nodes, execution_id)
+        where = node_states.describe(self.backends, self.inventory, nodes)
+        return f"{kept}. {where}" if kept and where else kept or where
 
     def replan(self, ex: Execution) -> Plan:
         """Plan an execution again: its pinned runbook version, its parameters, today's

@@ -19,6 +19,7 @@ from adapters.actions import (
     Seconds,
     StrictArguments,
 )
+from adapters.kubernetes import cordons
 from adapters.kubernetes.backend import (
     KubernetesBackend,
     KubernetesConflict,
@@ -27,7 +28,6 @@ from adapters.kubernetes.backend import (
     Taint,
 )
 from adapters.kubernetes.base import (
-    CORDONED_BY,
     KubernetesAction,
     NodeArguments,
     NodeSetArguments,
@@ -35,10 +35,10 @@ from adapters.kubernetes.base import (
     check_label_value,
     check_labels,
     check_node_names,
-    cordon_patch,
     listed,
 )
 from adapters.kubernetes.config import KubernetesConfig
+from adapters.kubernetes.cordons import CORDONED_BY, cordon_patch
 from adapters.kubernetes.drain import DrainAction
 from adapters.kubernetes.fleet_drain import FLEET_ACTIONS
 from adapters.kubernetes.gpu_operator import (
@@ -121,25 +121,54 @@ class CordonAction(KubernetesAction):
         if node.unschedulable:
             return ActionResult(f"{args.node} already cordoned", {"node": args.node},
                                 changed=False)
-        self.backend.patch_node(args.node, cordon_patch(ctx), strategic=True)
+        self.backend.patch_node(args.node, cordon_patch(ctx.execution_id), strategic=True)
         return ActionResult(f"cordoned {args.node}", {"node": args.node})
 
 
+class UncordonArguments(NodeArguments):
+    # the undo of this execution's own cordon: lifts only that, says what it left
+    only_this_run: bool = False
+    # lift a cordon someone else made, or the bot made for a failed check (break-glass)
+    override_drains: bool = False
+
+
 class UncordonAction(KubernetesAction):
+    """Uncordon a node: only a cordon the bot made to work on it (``cordons.liftable``);
+    another owner's, or one kept for a failed check, is refused unless ``override_drains``."""
+
     name: ClassVar[str] = "k8s.uncordon"
-    Arguments: ClassVar[type[StrictArguments]] = NodeArguments
+    Arguments: ClassVar[type[StrictArguments]] = UncordonArguments
 
-    def plan(self, args: NodeArguments) -> list[str]:
-        return [f"kubectl uncordon {args.node}"]
+    def plan(self, args: UncordonArguments) -> list[str]:
+        if args.only_this_run:
+            return [f"kubectl uncordon {args.node}  # if annotated "
+                    f"{CORDONED_BY}=execution-<this execution> and no failed check"]
+        lines = [f"kubectl uncordon {args.node}"]
+        try:
+            node = self.backend.get_node(args.node)
+        except KubernetesError as exc:
+            return [f"{args.node}'s cordon could not be read now ({exc}); it is read again "
+                    "before anything is uncordoned", *lines]
+        if node.unschedulable and not cordons.liftable(node):
+            verdict = ("lifted: override_drains=true" if args.override_drains else
+                       "STAYS CORDONED: not lifted without override_drains=true (break-glass)")
+            lines.insert(0, f"{args.node} is {cordons.whose(node)}: {verdict}")
+        return lines
 
-    def run(self, args: NodeArguments, ctx: ActionContext) -> ActionResult:
+    def run(self, args: UncordonArguments, ctx: ActionContext) -> ActionResult:
         node = self.backend.get_node(args.node)
+        details = {"node": args.node}
         if not node.unschedulable:
-            return ActionResult(f"{args.node} already schedulable", {"node": args.node},
+            return ActionResult(f"{args.node} already schedulable", details, changed=False)
+        if args.only_this_run and not cordons.made_by(node, ctx.execution_id):
+            return ActionResult(f"{args.node} left cordoned: {cordons.whose(node)}", details,
                                 changed=False)
-        self.backend.patch_node(args.node, {"spec": {"unschedulable": None}, "metadata": {
-            "annotations": {CORDONED_BY: None}}}, strategic=True)
-        return ActionResult(f"uncordoned {args.node}", {"node": args.node})
+        if not (args.override_drains or cordons.liftable(node)):
+            raise ActionError(f"{args.node} is {cordons.whose(node)}: not uncordoned. To "
+                              "return it anyway, ask again with override_drains=true "
+                              "(break-glass: one more approval)")
+        self.backend.patch_node(args.node, cordons.uncordon_patch(), strategic=True)
+        return ActionResult(f"uncordoned {args.node}", details)
 
 
 class CordonNodesAction(KubernetesAction):
@@ -220,10 +249,7 @@ class UncordonNodesAction(KubernetesAction):
 
 
 def _uncordon_patch(owner: str | None) -> dict[str, Any]:
-    patch: dict[str, Any] = {"spec": {"unschedulable": None}}
-    if owner:
-        patch["metadata"] = {"annotations": {CORDONED_BY: None}}
-    return patch
+    return cordons.uncordon_patch() if owner else {"spec": {"unschedulable": None}}
 
 
 class LabelAction(KubernetesAction):

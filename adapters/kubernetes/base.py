@@ -168,13 +168,3 @@ class KubernetesAction(ActionBase[KubernetesBackend, KubernetesConfig]):
                                     f"{pending}")
             ctx.checkpoint(what)
             self._sleep(max(0.01, ctx.pause(min(poll, deadline - time.monotonic()))))
-
-
-CORDONED_BY = "gpu-runbook-bot/cordoned-by"  # who cordoned a node: execution-N, window-N
-
-
-def cordon_patch(ctx: ActionContext) -> dict[str, Any]:
-    """Cordon, annotated with the execution (``gpu-runbook-bot/cordoned-by=execution-N``):
-    whose cordon it is, for the breaker and for people."""
-    return {"spec": {"unschedulable": True},
-            "metadata": {"annotations": {CORDONED_BY: f"execution-{ctx.execution_id}"}}}

@@ -21,7 +21,8 @@ from adapters.actions import (
     StrictArguments,
 )
 from adapters.kubernetes.backend import Eviction, KubernetesBackend, Pod
-from adapters.kubernetes.base import KubernetesAction, NodeArguments, cordon_patch, listed
+from adapters.kubernetes.base import KubernetesAction, NodeArguments, listed
+from adapters.kubernetes.cordons import cordon_patch
 from kit.durations import format_duration
 
 FIRST_CHECK, MAX_CHECK = 0.5, 5.0  # seconds between checks for evicted pods to be gone
@@ -233,7 +234,7 @@ class DrainAction(KubernetesAction):
         """Cordon the node unless it is; whether this step did."""
         if unschedulable:
             return False
-        self.backend.patch_node(node, cordon_patch(ctx), strategic=True)
+        self.backend.patch_node(node, cordon_patch(ctx.execution_id), strategic=True)
         ctx.progress(f"cordoned {node}")
         return True
 

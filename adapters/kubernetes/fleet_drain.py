@@ -23,8 +23,10 @@ from adapters.actions import (
     StrictArguments,
 )
 from adapters.fleetstatus import NodeStates
+from adapters.kubernetes import cordons
 from adapters.kubernetes.backend import KubernetesError
-from adapters.kubernetes.base import CORDONED_BY, KubernetesAction, check_node_names, listed
+from adapters.kubernetes.base import KubernetesAction, check_node_names, listed
+from adapters.kubernetes.cordons import CORDONED_BY
 from adapters.kubernetes.drain import DrainArguments, _Drain, refusals, refused_by
 from adapters.slurm.hostlist import compress, expand
 from kit.durations import format_duration
@@ -294,33 +296,56 @@ class DrainNodesAction(KubernetesAction):
 
 
 class UndrainNodesArguments(FleetArguments):
-    only_this_run: bool = True  # False: every cordoned node of the set (resume-nodes)
+    only_this_run: bool = True  # False: every cordon of the set a routine return may lift
+    # with only_this_run false: lift another owner's cordon or a failed check's (break-glass)
+    override_drains: bool = False
 
 
 class UndrainNodesAction(KubernetesAction):
     """Uncordon the nodes of a set this execution cordoned (its annotation), the others left
-    as they are: the undo of ``k8s.drain_nodes``; or, not ``only_this_run``, all of them."""
+    as they are: the undo of ``k8s.drain_nodes``. Not ``only_this_run`` (resume-nodes):
+    every cordon the bot made to work on a node; another owner's, or one kept for a failed
+    check, stays (the run then fails naming it) unless ``override_drains``."""
 
     name: ClassVar[str] = "k8s.undrain_nodes"
     Arguments: ClassVar[type[StrictArguments]] = UndrainNodesArguments
 
     def plan(self, args: UndrainNodesArguments) -> list[str]:
-        if not args.only_this_run:
-            return [f"kubectl uncordon {compress(args.names)}  # the cordoned ones"]
-        return [f"kubectl uncordon <the nodes of {compress(args.names)} annotated "
-                f"{CORDONED_BY}=execution-<this execution>>  # others are left alone"]
+        if args.only_this_run:
+            return [f"kubectl uncordon <the nodes of {compress(args.names)} annotated "
+                    f"{CORDONED_BY}=execution-<this execution>>  # others are left alone"]
+        return [*self._cordon_notes(args),
+                f"kubectl uncordon {compress(args.names)}  # the cordoned ones"]
+
+    def _cordon_notes(self, args: UndrainNodesArguments) -> list[str]:
+        """For a plan: each cordoned node's owner and whether this run lifts it."""
+        try:
+            nodes = [n for n in self.backend.list_nodes() if n.name in set(args.names)]
+        except KubernetesError as exc:
+            return [f"cordons of {compress(args.names)} could not be read now ({exc}); they "
+                    "are read again before anything is uncordoned"]
+        verdict = ("lifted: override_drains=true" if args.override_drains else
+                   "STAYS CORDONED: not lifted without override_drains=true (break-glass)")
+        return [f"{name} is {why}: {verdict}"
+                for name, why in cordons.not_liftable(nodes).items()]
 
     def run(self, args: UndrainNodesArguments, ctx: ActionContext) -> ActionResult:
-        mark = owner(ctx)
         wanted = set(args.names)
-        ours = [n.name for n in self.backend.list_nodes() if n.name in wanted and (
-            n.annotations.get(CORDONED_BY) == mark if args.only_this_run
+        nodes = [n for n in self.backend.list_nodes() if n.name in wanted]
+        stays = {} if args.only_this_run or args.override_drains else cordons.not_liftable(nodes)
+        ours = [n.name for n in nodes if n.name not in stays and (
+            cordons.made_by(n, ctx.execution_id) if args.only_this_run
             else n.unschedulable or CORDONED_BY in n.annotations)]
-        patch: dict[str, Any] = {"spec": {"unschedulable": None},
-                                 "metadata": {"annotations": {CORDONED_BY: None}}}
         for name in ours:
-            self.backend.patch_node(name, patch, strategic=True)
-        details = {"uncordoned": ours, "left_alone": sorted(wanted - set(ours))}
+            self.backend.patch_node(name, cordons.uncordon_patch(), strategic=True)
+        details = {"uncordoned": ours, "left_alone": sorted(wanted - set(ours)),
+                   "left_cordoned": stays}
+        if stays:
+            raise ActionError(
+                (f"uncordoned {compress(ours)}; " if ours else "uncordoned nothing; ")
+                + "left cordoned: " + "; ".join(f"{n} ({why})" for n, why in stays.items())
+                + ". To return them anyway, ask again naming them with override_drains=true "
+                "(break-glass: one more approval)")
         if not ours:
             return ActionResult(f"nothing to uncordon in {compress(args.names)}", details,
                                 changed=False)

@@ -23,6 +23,7 @@ from adapters.actions import (
     Seconds,
     StrictArguments,
 )
+from adapters.kubernetes import cordons
 from adapters.kubernetes.backend import KubernetesConflict, KubernetesError, Node
 from adapters.kubernetes.base import KubernetesAction, NodeSetArguments, listed
 from adapters.kubernetes.config import GpuOperatorConfig
@@ -244,13 +245,14 @@ class WaitValidatorAction(_OperatorAction):
     def run(self, args: WaitValidatorArguments, ctx: ActionContext) -> ActionResult:
         nodes: list[Node] = []
         ready: dict[str, str] = {}
+        pending: dict[str, str] = {}
 
         def check() -> tuple[bool, str, str]:
             nonlocal nodes
             nodes = self._nodes(args, self.operator.gpu_node_selector)
             pods = self.backend.list_pods(self.operator.namespace,
                                           label_selector=self.operator.validator_selector)
-            pending = []
+            pending.clear()
             for node in nodes:
                 mine = [p for p in pods if p.node == node.name and not p.deleting]
                 good = next((p for p in mine if p.ready), None)
@@ -258,15 +260,35 @@ class WaitValidatorAction(_OperatorAction):
                     ready[node.name] = good.key
                 else:
                     ready.pop(node.name, None)
-                    pending.append(f"{node.name}: " + (", ".join(p.describe() for p in mine)
-                                                        or "no validator pod"))
-            line = ("validator not Ready on " + "; ".join(pending[:10])) if pending else ""
-            return not pending, line, "; ".join(pending[:20])
+                    pending[node.name] = (", ".join(p.describe() for p in mine)
+                                          or "no validator pod")
+            said = [f"{name}: {why}" for name, why in pending.items()]
+            line = ("validator not Ready on " + "; ".join(said[:10])) if said else ""
+            return not said, line, "; ".join(said[:20])
 
-        waited = self._wait("waiting for the GPU Operator validator", args.timeout, args.poll,
-                            ctx, check)
+        try:
+            waited = self._wait("waiting for the GPU Operator validator", args.timeout,
+                                args.poll, ctx, check)
+        except ActionTimeout as exc:
+            raise ActionTimeout(str(exc) + self._keep_out(nodes, pending, ctx)) from exc
         return ActionResult(f"validator Ready on {listed([n.name for n in nodes])}",
                             {"pods": ready, "waited_seconds": round(waited, 1)}, changed=False)
+
+    def _keep_out(self, nodes: list[Node], pending: dict[str, str], ctx: ActionContext) -> str:
+        """A failed validation: each cordoned node it failed on is kept out for it (the
+        failed-check annotation), so no routine return to service lifts its cordon."""
+        kept = []
+        for node in nodes:
+            if node.name in pending and node.unschedulable:
+                try:
+                    self.backend.patch_node(node.name, cordons.failed_check_patch(
+                        ctx.execution_id, f"GPU Operator validator not Ready: "
+                        f"{pending[node.name]}"), strategic=True)
+                    kept.append(node.name)
+                except KubernetesError as exc:
+                    return f". Could not mark {node.name} as failed ({exc}): it stays cordoned"
+        return (f". {listed(kept)} stays cordoned, marked as a failed check "
+                f"({cordons.FAILED_CHECK})" if kept else "")
 
 
 class DriverVersionsAction(_OperatorAction):

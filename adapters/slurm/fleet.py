@@ -43,6 +43,9 @@ class ResumeBatchesArguments(_NodesArguments):
     only_this_run: bool = False  # only nodes whose reason carries this execution's mark
     # lift drains someone else made, or the bot made for a failed check (break-glass)
     override_drains: bool = False
+    # False: nodes left drained are said in the summary, not raised, so the steps after this
+    # one (resume-nodes' Kubernetes side) still run and a post-check fails the run
+    fail_on_left: bool = True
 
 
 class DrainBatchesAction(_SlurmAction):
@@ -119,11 +122,13 @@ class ResumeBatchesAction(_SlurmAction):
         left = [name for name in args.names if name not in todo]
         details = {"resumed": done, "left_alone": left, "left_drained": stays}
         if stays:
-            raise ActionError(
-                (f"resumed {compress(done)}; " if done else "resumed nothing; ")
-                + "left drained: " + "; ".join(f"{n} ({why})" for n, why in stays.items())
-                + ". To return them anyway, ask again naming them with override_drains=true "
-                "(break-glass: one more approval)")
+            text = ((f"resumed {compress(done)}; " if done else "resumed nothing; ")
+                    + "LEFT DRAINED: " + "; ".join(f"{n} ({why})" for n, why in stays.items())
+                    + ". To return them anyway, ask again naming them with "
+                    "override_drains=true (break-glass: one more approval)")
+            if args.fail_on_left:
+                raise ActionError(text)
+            return ActionResult(text, details, changed=bool(done))
         if not done:
             return ActionResult(f"nothing to resume in {args.hostlist}", details, changed=False)
         summary = f"resumed {compress(done)}"

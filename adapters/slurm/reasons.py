@@ -29,6 +29,10 @@ class Part:
     execution: int | None  # the bot's execution that wrote it; None: somebody else's
     failed_check: bool = False
 
+    def said(self) -> str:
+        """The reason without the bot's mark."""
+        return _MARK.sub("", self.text)
+
     def owner(self) -> str:
         if self.execution is None:
             return "someone else (not the bot)"

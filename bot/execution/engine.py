@@ -64,7 +64,7 @@ class Parts(Protocol):
 
     def replan(self, ex: Execution) -> Plan: ...
 
-    def node_states(self, nodes: Sequence[str]) -> str: ...
+    def node_states(self, nodes: Sequence[str], execution_id: int) -> str: ...
 
 
 class Reporter(Protocol):
@@ -779,7 +779,7 @@ class Engine:
         row was not as expected (a cancel came in, say) and nothing was written."""
         if state in (State.FAILED, State.CANCELLED) and error:
             where = self.bot.node_states([lock.removeprefix("node:") for lock in ex.plan.locks
-                                          if lock.startswith("node:")])
+                                          if lock.startswith("node:")], ex.id)
             error = f"{error}. {where}" if where else error
         with self._write(claim) as conn:
             ended = executions.finish(conn, executions.get(conn, ex.id), state, ENGINE, error,

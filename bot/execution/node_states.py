@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from adapters.kubernetes import cordons
 from adapters.slurm import reasons
 from adapters.slurm.backend import NodeInfo
 from bot.runbooks.params import Inventory
@@ -61,16 +62,17 @@ def _slurm(backend: Any, inventory: Inventory, nodes: Sequence[str]) -> dict[str
                                                                       with_jobs=False)}
     except Exception as exc:  # the ending stands; the text says what could not be read
         return dict.fromkeys(mine, f"Slurm state unknown ({exc})")
-    return {node: "Slurm " + _slurm_text(found[node]) if node in found
+    return {node: "Slurm " + _slurm_text(found[node], node) if node in found
             else "Slurm: not listed" for node in mine}
 
 
-def _slurm_text(info: NodeInfo) -> str:
+def _slurm_text(info: NodeInfo, node: str) -> str:
     if "DRAIN" in info.flags:
         held = reasons.blocking(info.reason)
         state = "draining" if info.draining else "drained"
-        nxt = ("; next: repair it (swap-gpu, reset-gpu), then resume-node node=... "
-               "override_drains=true" if held else "; next: resume-node once it is serviced")
+        nxt = (f"; next: repair it (swap-gpu, reset-gpu), then resume-node node={node} "
+               "override_drains=true (break-glass)" if held
+               else f"; next: resume-node node={node} once it is serviced")
         return f'{state} ("{info.reason}"){nxt}'
     if info.state == "down" or not info.responding:
         return f"{info.state}, not responding"
@@ -90,5 +92,6 @@ def _kubernetes(backend: Any, inventory: Inventory, nodes: Sequence[str]) -> dic
         except Exception as exc:  # the ending stands; the text says what could not be read
             found[node] = f"Kubernetes state unknown ({exc})"
             continue
-        found[node] = "Kubernetes " + ("cordoned" if seen.unschedulable else "schedulable")
+        found[node] = "Kubernetes " + (cordons.whose(seen) if seen.unschedulable
+                                       else "schedulable")
     return found

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from adapters.kubernetes.base import CORDONED_BY
+from adapters.kubernetes import cordons
 from adapters.slurm import reasons
 from bot.config import InventoryConfig
 from bot.config_remediation import PoolsConfig
@@ -99,16 +99,9 @@ def discovery_sources(config: Config, backends: Mapping[str, Any]) -> InventoryS
         selector = config.inventory.kubernetes_selector
         sources.kubernetes = lambda: [
             Seen(node.name, pool_label=node.labels.get(label),
-                 held_by=cordoned_by(node.annotations) if node.unschedulable else frozenset())
+                 held_by=cordons.held_by(node.annotations) if node.unschedulable else frozenset())
             for node in kubernetes.list_nodes(selector)]
     return sources
-
-
-def cordoned_by(annotations: Mapping[str, str]) -> frozenset[int]:
-    """The execution whose cordon it is (``gpu-runbook-bot/cordoned-by=execution-N``)."""
-    owner = str(annotations.get(CORDONED_BY, ""))
-    number = owner.removeprefix("execution-")
-    return frozenset({int(number)}) if owner != number and number.isdigit() else frozenset()
 
 
 def build(config: InventoryConfig, sources: InventorySources,

@@ -11,8 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from adapters.actions import ActionContext, ActionError
-from adapters.kubernetes.actions import CORDONED_BY, KubernetesActions
+from adapters.kubernetes.actions import KubernetesActions
 from adapters.kubernetes.backend import KubernetesUnavailable, Node
+from adapters.kubernetes.cordons import CORDONED_BY
 from adapters.kubernetes.fake import FakeKubernetes
 
 

@@ -170,11 +170,17 @@ def test_resume_nodes_leaves_drains_it_does_not_answer_and_says_so() -> None:
                        "lifted once the node passes")
     assert "gpu02 is drained by the bot for a failed check (execution 5)" in plan[1]
     assert "STAYS DRAINED" in plan[1] and "STAYS DRAINED" in plan[2]
-    with pytest.raises(ActionError, match=r"resumed gpu01; left drained: gpu02 \(drained by "
+    with pytest.raises(ActionError, match=r"resumed gpu01; LEFT DRAINED: gpu02 \(drained by "
                                           r"the bot for a failed check .*gpu03 \(drained by "
                                           r"someone else .*override_drains=true"):
         resume.run(args, ctx())
     assert "DRAIN" not in fake.state["gpu01"].flags
+    assert fake.state["gpu02"].reason == failed and fake.state["gpu03"].reason == HAND
+    # resume-nodes' own way: said, not raised, so its Kubernetes step still runs
+    said = resume.run(resume.Arguments.model_validate({"nodes": "gpu[01-03]",
+                                                       "fail_on_left": False}), ctx())
+    assert said.summary.startswith("resumed nothing; LEFT DRAINED: gpu02")
+    assert said.details["left_drained"].keys() == {"gpu02", "gpu03"}
     assert fake.state["gpu02"].reason == failed and fake.state["gpu03"].reason == HAND
     resume.run(resume.Arguments.model_validate({"nodes": "gpu[01-03]",
                                                 "override_drains": True}), ctx())

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from adapters.kubernetes.cordons import FAILED_CHECK
 from bot.service import Service
 from kit.errors import Refused
 from tests.adapters.test_kubernetes import set_pdb
@@ -56,7 +57,14 @@ def test_resume_nodes_leaves_a_node_that_failed_its_check(clean: Lab, bot: Servi
             f'"{verdict}": STAYS DRAINED') in said
     ex = run(bot, "resume-nodes", {"nodes": "gpu[01-03]"})
     assert ex.state == "failed"
-    assert "left drained: gpu02 (drained by the bot for a failed check" in (ex.error or "")
+    assert ("post-check 'no node is left drained by someone else or for a failed check "
+            "(override_drains=true lifts those)' failed: held out by someone else or for a "
+            "failed check: gpu02: ") in (ex.error or "")
+    assert verdict in (ex.error or "")
+    step = [e["data"]["summary"] for e in events(bot, ex.id)
+            if e["kind"] == "step_finished" and e["data"].get("step") == "slurm-resume"]
+    assert step[0].startswith("resumed nothing; LEFT DRAINED: gpu02 (drained by the bot "
+                              "for a failed check")
     assert "DRAIN" in node(lab, "gpu02")["state"] and node(lab, "gpu02")["reason"] == verdict
     with pytest.raises(Refused, match=r"override_drains=true weakens a guard"):
         bot.request("resume-nodes", {"nodes": "gpu02", "override_drains": "true"}, "alice")
@@ -64,6 +72,38 @@ def test_resume_nodes_leaves_a_node_that_failed_its_check(clean: Lab, bot: Servi
              approvers=("carol", "dave"), break_glass=True)
     assert ex.state == "succeeded", ex.error
     assert "DRAIN" not in node(lab, "gpu02")["state"]
+
+
+def cordon_of(lab: Lab, name: str) -> tuple[bool, dict[str, str]]:
+    code, seen = api(lab, "GET", f"/api/v1/nodes/{name}")
+    assert code == 200, seen
+    return bool(seen["spec"].get("unschedulable")), seen["metadata"].get("annotations") or {}
+
+
+def test_a_failed_check_keeps_the_node_out_of_both_pools(clean: Lab, bot: Service) -> None:
+    """gpu05 serves both pools: its failed health check keeps its Kubernetes cordon too, so
+    resume-nodes returns gpu06 (drained to work on it) and leaves gpu05 out in both."""
+    lab = clean
+    try:
+        for name in ("gpu05", "gpu06"):  # the second one is below the pool's floor
+            drained = run(bot, "drain-node", {"node": name, "reason": "XID 79"},
+                          approvers=("carol", "dave"), break_glass=name == "gpu06")
+            assert drained.state == "succeeded", drained.error
+        lab.lab("fault", "gpu05", "health=fail")
+        failed = run(bot, "resume-node", {"node": "gpu05"})
+        lab.lab("fault", "gpu05", "clear")
+        assert failed.state == "failed"
+        assert "gpu05 kept cordoned in Kubernetes for the failed check" in (failed.error or "")
+        assert "Kubernetes cordoned by the bot for a failed check" in (failed.error or "")
+        cordoned, marks = cordon_of(lab, "gpu05")
+        assert cordoned and marks[FAILED_CHECK].startswith("Slurm kept it out: health check")
+        ex = run(bot, "resume-nodes", {"nodes": "gpu[05-06]"})
+        assert ex.state == "failed"
+        assert "left cordoned: gpu05 (cordoned by the bot for a failed check" in (ex.error or "")
+        assert cordon_of(lab, "gpu05")[0] and not cordon_of(lab, "gpu06")[0]
+        assert "DRAIN" in node(lab, "gpu05")["state"]
+    finally:  # the Kubernetes API back on its seed: cordons and the serving pods' places
+        assert lab.lab("reset", timeout=120).returncode == 0
 
 
 def test_a_hand_drain_is_never_lifted_or_erased(clean: Lab, bot: Service) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from adapters.alertmanager import HttpAlertmanagerBackend
-from adapters.kubernetes.actions import CORDONED_BY
+from adapters.kubernetes.cordons import CORDONED_BY
 from bot.config import EngineConfig, load_config
 from bot.execution.engine import Engine
 from bot.schedule import windows

@@ -1,6 +1,6 @@
 """``slurm:`` checks: node states, accounts listed by slurmdbd, slurmctld's queue to slurmdbd.
 
-    slurm: {nodes: "gpu[01-02]", state: drained}   # drained | in_service | idle
+    slurm: {nodes: "gpu[01-02]", state: drained}   # drained | in_service | idle | not_held
     slurm: {accounts: listed}                      # or a list of accounts that must exist
     slurm: {dbd_queue: empty}                      # job records held for slurmdbd were sent
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from adapters.actions import ActionError
-from adapters.slurm import hostlist
+from adapters.slurm import hostlist, reasons
 from adapters.slurm.backend import NodeInfo, SlurmBackend
 from bot.execution.checks.core import Outcome
 from bot.execution.planning import PlannedCheck
@@ -22,6 +22,8 @@ NODE_STATES: dict[str, Callable[[NodeInfo], bool]] = {
     "drained": lambda n: "DRAIN" in n.flags and not n.jobs and n.state in ("idle", "down"),
     "in_service": lambda n: n.responding and "DRAIN" not in n.flags and n.state != "down",
     "idle": lambda n: n.state == "idle" and "DRAIN" not in n.flags and n.responding,
+    # no drain a routine return must leave: someone else's, or the bot's for a failed check
+    "not_held": lambda n: "DRAIN" not in n.flags or reasons.blocking(n.reason) is None,
 }
 
 
@@ -51,10 +53,12 @@ class SlurmEvaluator:
                                         f"{', '.join(NODE_STATES)}")
         names = hostlist.expand(expression)
         found = {node.name: node for node in self._backend.nodes(names)}
-        wrong = [f"{name}: {found[name].describe() if name in found else 'unknown to Slurm'}"
+        wrong = [found[name].describe() if name in found else f"{name}: unknown to Slurm"
                  for name in names if name not in found or not wanted(found[name])]
         if wrong:
-            return Outcome(False, len(wrong), f"not {state}: " + "; ".join(wrong[:10]))
+            said = ("held out by someone else or for a failed check" if state == "not_held"
+                    else f"not {state}")
+            return Outcome(False, len(wrong), f"{said}: " + "; ".join(wrong[:10]))
         return Outcome(True, 0, f"{expression} {state}")
 
     def _accounts(self, wanted: Any) -> Outcome:

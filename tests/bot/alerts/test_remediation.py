@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from adapters.kubernetes.cordons import held_by as cordoned_by
 from adapters.kubernetes.fake import FakeKubernetes
 from adapters.slurm import reasons
 from adapters.slurm.fake import FakeSlurm
@@ -16,7 +17,7 @@ from bot.alerts import breaker, proposing
 from bot.alerts.proposing import Webhook, WebhookAlert
 from bot.config import InventoryConfig
 from bot.execution.engine import Engine
-from bot.runbooks.inventory import InventorySources, Seen, build, cordoned_by
+from bot.runbooks.inventory import InventorySources, Seen, build
 from bot.service import Service
 from bot.store import audit
 from bot.store.schema import proposals

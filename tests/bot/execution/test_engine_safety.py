@@ -85,8 +85,8 @@ def test_a_cancel_says_which_nodes_stay_out_for_want_of_an_undo(make_bot: BotFac
     assert box["ex"].error == (
         "cancelled on request; nothing to undo; still out of service (no undo): drain: the "
         "nodes stay out until a runbook returns them (resume-node). state now: gpu01: Slurm "
-        f'drained ("swap GPU 1 (execution {execution_id})"); next: resume-node once it is '
-        "serviced")
+        f'drained ("swap GPU 1 (execution {execution_id})"); next: resume-node node=gpu01 '
+        "once it is serviced")
     assert "DRAIN" in systems.slurm.state["gpu01"].flags
 
 

@@ -33,11 +33,12 @@ def test_each_node_in_each_pool_with_the_next_command() -> None:
     text = node_states.describe({"slurm": slurm, "kubernetes": kubernetes}, INVENTORY,
                                 ["gpu01", "gpu02", "gpu03", "gpu04"])
     assert text == (
-        'state now: gpu01: Slurm drained ("XID 94 (execution 7)"); next: resume-node once '
-        'it is serviced; gpu02: Slurm drained ("health check failed: Fail (execution 7: '
-        'failed check)"); next: repair it (swap-gpu, reset-gpu), then resume-node node=... '
-        "override_drains=true; gpu03: Slurm in service; gpu04: Slurm in service, "
-        "Kubernetes cordoned")
+        'state now: gpu01: Slurm drained ("XID 94 (execution 7)"); next: resume-node '
+        'node=gpu01 once it is serviced; gpu02: Slurm drained ("health check failed: Fail '
+        '(execution 7: failed check)"); next: repair it (swap-gpu, reset-gpu), then '
+        "resume-node node=gpu02 override_drains=true (break-glass); gpu03: Slurm in service; "
+        "gpu04: Slurm in service, Kubernetes cordoned by someone else (no gpu-runbook-bot "
+        "annotation)")
 
 
 def test_a_system_that_does_not_answer_is_unknown_within_seconds(
@@ -52,7 +53,8 @@ def test_a_system_that_does_not_answer_is_unknown_within_seconds(
     hung.set()
     assert time.monotonic() - started < 2
     assert text == ("state now: gpu01: Slurm state unknown (no answer in 0.3 s); gpu04: Slurm "
-                    "state unknown (no answer in 0.3 s), Kubernetes cordoned")
+                    "state unknown (no answer in 0.3 s), Kubernetes cordoned by someone else (no "
+                    "gpu-runbook-bot annotation)")
 
 
 def test_an_error_is_said_and_a_fleet_run_names_no_node() -> None:
