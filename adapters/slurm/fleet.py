@@ -48,6 +48,9 @@ class ResumeBatchesArguments(_NodesArguments):
     fail_on_left: bool = True
 
 
+ALREADY = "drained already (not by this run)"
+
+
 class DrainBatchesAction(_SlurmAction):
     name: ClassVar[str] = "slurm.drain_batches"
     takes_out: ClassVar[tuple[str, ...]] = ("nodes",)
@@ -63,7 +66,7 @@ class DrainBatchesAction(_SlurmAction):
 
     def run(self, args: DrainBatchesArguments, ctx: ActionContext) -> ActionResult:
         nodes = {n.name: n for n in self._read(args.names, with_jobs=False)}
-        states = NodeStates(args.names, ctx, ("drained", "not started"), "not started")
+        states = NodeStates(args.names, ctx, ("drained", ALREADY, "not started"), "not started")
         reason = f"{args.reason} {mark(ctx)}"
         done: list[str] = []
         drained = [name for name in args.names if "DRAIN" in nodes[name].flags]
@@ -76,8 +79,8 @@ class DrainBatchesAction(_SlurmAction):
                 ctx.guard_capacity(todo)  # the numbers of this moment, before each batch
                 self.backend.update_nodes(todo, "DRAIN", reason)
             done += [name for name in batch if name in ours or name in todo]
-            for name in batch:
-                states.set(name, "drained")
+            for name in batch:  # a drain someone else made is not counted as this run's
+                states.set(name, ALREADY if name in already else "drained")
             states.publish(force=True)
         details: dict[str, Any] = {"drained": done, "already_drained": already,
                                    "batches": len(batches(args.names, args.batch_size)),

@@ -28,6 +28,10 @@ from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _SlurmAction
 
 
+REDRAIN_SECONDS = 300.0  # how long a node the check resumed is drained again, at most
+REDRAIN_POLL = 2.0
+
+
 class HealthCheckArguments(StrictArguments):
     node: str = Field(pattern=NAME_PATTERN)
     reservation: str = Field(pattern=NAME_PATTERN)
@@ -113,16 +117,24 @@ class HealthCheckAction(_SlurmAction):
 
     def _left_drained(self, node: str, exc: BaseException, ctx: ActionContext) -> ActionError:
         """The check did not finish (a stop, Slurm down, an error): drain again, marked as a
-        failed check; the error says what the node's state is."""
+        failed check, trying until Slurm answers or the step's time is up (a controller
+        that restarts must not find the node resumed); the error says the node's state."""
         what = str(exc) or type(exc).__name__
-        try:
-            self._drain(node, f"health check did not finish: {what}", ctx)
-        except Exception as again:  # Slurm itself is gone: say so, the node's state unknown
-            return ActionError(
-                f"health check on {node} did not finish ({what}) and {node} could not be "
-                f"drained again ({again}): it may be in service unchecked inside its "
-                f"reservation; drain it by hand (scontrol update NodeName={node} "
-                "State=DRAIN Reason=...) once Slurm answers")
+        deadline = time.monotonic() + min(REDRAIN_SECONDS, max(ctx.remaining(), 5.0))
+        while True:
+            try:
+                self._drain(node, f"health check did not finish: {what}", ctx)
+                break
+            except Exception as again:  # Slurm itself is gone: try again until the deadline
+                if time.monotonic() >= deadline:
+                    return ActionError(
+                        f"health check on {node} did not finish ({what}) and {node} could not "
+                        f"be drained again ({again}): it may be in service unchecked inside "
+                        "its reservation; drain it by hand (scontrol update "
+                        f"NodeName={node} State=DRAIN Reason=...) once Slurm answers, before "
+                        "the reservation ends")
+                ctx.progress(f"{node} could not be drained again ({again}); trying again")
+                self._sleep(REDRAIN_POLL)
         cls = ActionStopped if isinstance(exc, ActionStopped) else ActionError
         return cls(f"health check on {node} did not finish ({what}); {node} is left drained")
 

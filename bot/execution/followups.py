@@ -4,6 +4,8 @@ execution, so a crash never leaves one without the other."""
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy import Connection, select
 
 from bot.store import audit
@@ -13,6 +15,7 @@ from bot.store.words import Kind
 from kit.canonical import canonical
 
 FOLLOW_UP_USER = "bot"  # who proposes what a failed execution's plan names
+DIAGNOSED_GPU = re.compile(r"\bGPU:\s*(\d+)\b")  # how dcgmi diag names a failing GPU
 
 
 def propose(conn: Connection, execution_id: int, runbook: str,
@@ -21,8 +24,9 @@ def propose(conn: Connection, execution_id: int, runbook: str,
     if not follow_up or not _failed_where_asked(conn, execution_id, follow_up):
         return None
     now = now_iso()
-    params = follow_up.get("params") or {}
+    params, named = _diagnosed_gpu(dict(follow_up.get("params") or {}), error or "")
     note = f"{runbook} (execution {execution_id}) failed: {error or 'no error recorded'}"
+    note = f"{named}. {note}" if named else note
     result = conn.execute(proposals.insert().values(
         fingerprint=f"execution-{execution_id}", alertname=f"{runbook} failed",
         labels=canonical({"execution": str(execution_id), "runbook": runbook}),
@@ -36,6 +40,17 @@ def propose(conn: Connection, execution_id: int, runbook: str,
         "runbook": follow_up["runbook"], "params": params, "reason": note[:2000]},
         execution_id)
     return proposal_id
+
+
+def _diagnosed_gpu(params: dict[str, object], error: str) -> tuple[dict[str, object], str]:
+    """The GPU the diagnostic named (dcgmi's ``Fail - GPU: 5``), when it is one and the
+    proposal names another: the GPU to swap is the failing one, not the one reset."""
+    named = set(DIAGNOSED_GPU.findall(error))
+    if "gpu" not in params or len(named) != 1 or str(params["gpu"]) in named:
+        return params, ""
+    gpu = named.pop()
+    said = f"the diagnostic named GPU {gpu}, not GPU {params['gpu']}: proposed for GPU {gpu}"
+    return {**params, "gpu": gpu}, said
 
 
 def _failed_where_asked(conn: Connection, execution_id: int,

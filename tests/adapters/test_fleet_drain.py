@@ -207,6 +207,9 @@ def test_drain_batches_one_scontrol_per_batch_and_marks_the_reason() -> None:
         ("update", ["gpu09", "gpu10"], "DRAIN", "rack 3 (execution 7)")]
     assert result.details["already_drained"] == ["gpu02"]
     assert slurm.state["gpu02"].reason == "someone else"
+    # the status counts only what this run drained (not someone else's drain)
+    assert result.details["status"]["states"][:2] == [
+        ["drained", 9, "gpu[01,03-10]"], ["drained already (not by this run)", 1, "gpu02"]]
 
 
 def test_drain_batches_run_again_after_a_crash_calls_nothing_and_still_owns_them() -> None:

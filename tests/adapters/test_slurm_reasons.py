@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from adapters.actions import ActionContext, ActionError, ActionStopped
-from adapters.slurm import reasons
+from adapters.slurm import health, reasons
 from adapters.slurm.actions import DrainAction, ReservationDeleteAction, ResumeAction
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fake import FakeSlurm
@@ -204,3 +204,49 @@ def test_close_maintenance_refuses_a_reservation_a_window_or_a_run_holds() -> No
         assert refusal(name) is not None
     assert refusal("rack12") is None and refusal("window-3", not_the_bots=False) is None
     assert refusal("window-x") is None  # not a window's name
+
+
+class LostController(FakeSlurm):
+    """slurmctld goes away while the check runs and answers again after ``down_for`` tries."""
+
+    def __init__(self, down_for: int) -> None:
+        super().__init__(["gpu01", "gpu02", "gpu03"])
+        self.down_for = down_for
+        self.lost = False
+
+    def run_on_node(self, *args: Any, **kwargs: Any) -> tuple[int, str, str]:
+        self.lost = True
+        raise ActionError("Unable to contact slurm controller (connect failure)")
+
+    def update_nodes(self, names: list[str], state: str, reason: str | None = None) -> None:
+        if self.lost and self.down_for > 0:
+            self.down_for -= 1
+            raise ActionError("Unable to contact slurm controller (connect failure)")
+        super().update_nodes(names, state, reason)
+
+
+def lost_check(fake: LostController) -> Any:
+    fake.update_nodes(["gpu02"], "DRAIN", "XID 79 (execution 5)")
+    fake.create_reservation("resume-gpu02", ["gpu02"], "now", 3600, ["MAINT"], ["root"])
+    check = act(HealthCheckAction, fake)
+    return check, check.Arguments.model_validate({"node": "gpu02", "reservation": "resume-gpu02"})
+
+
+def test_a_lost_controller_finds_the_node_drained_again_when_it_answers() -> None:
+    fake = LostController(down_for=3)
+    check, args = lost_check(fake)
+    with pytest.raises(ActionError, match=r"did not finish .*; gpu02 is left drained$"):
+        check.run(args, ctx())
+    assert fake.down_for == 0  # it kept trying until slurmctld answered
+    assert fake.state["gpu02"].reason.endswith("(execution 7: failed check)")
+
+
+def test_a_controller_that_never_answers_is_said_with_what_to_do(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(health, "REDRAIN_SECONDS", 0.0)
+    fake = LostController(down_for=10**6)
+    check, args = lost_check(fake)
+    with pytest.raises(ActionError, match=r"could not be drained again .*drain it by hand "
+                                          r"\(scontrol update NodeName=gpu02 State=DRAIN"):
+        check.run(args, ctx())
+    assert "DRAIN" not in fake.state["gpu02"].flags  # resumed, unchecked: the error says so

@@ -209,6 +209,23 @@ def test_a_failed_run_leaves_the_proposal_its_plan_shows(make_bot: BotFactory) -
     assert bot.get(execution_id).runbook == "swap-gpu"
 
 
+def test_the_proposal_names_the_gpu_the_diagnostic_named(make_bot: BotFactory) -> None:
+    failing = remediation("reset-gpu", "repair", [
+        {"id": "reset", "action": "test.flaky", "with": {"key": "Fail - GPU: 5"}}],
+        propose_on_failure={"runbook": "swap-gpu", "params": {
+            "node": "{{ node }}", "gpu": "{{ gpu }}", "reason": "reset failed"}})
+    fakes.reset()
+    bot = make_bot({**RUNBOOKS, "reset-gpu": failing}, remediation=WIDE)
+    fakes.FAILURES["Fail - GPU: 5"] = 2
+    assert ran(bot, "reset-gpu", "gpu02", gpu="3").state == "failed"
+    [proposal] = proposing.listing(bot)
+    assert proposal.params["gpu"] == "5"
+    assert (proposal.note or "").startswith("the diagnostic named GPU 5, not GPU 3: proposed "
+                                            "for GPU 5. reset-gpu (execution")
+    assert ran(bot, "reset-gpu", "gpu03", gpu="5").state == "failed"  # the same GPU: as is
+    assert [p.params["gpu"] for p in proposing.listing(bot)] == ["5", "5"]
+
+
 def test_a_run_that_succeeds_or_is_cancelled_proposes_nothing(make_bot: BotFactory) -> None:
     bot = follow_up_bot(make_bot)
     assert ran(bot, "reset-gpu", "gpu02").state == "succeeded"
