@@ -27,7 +27,6 @@ from adapters.host import OUTPUT_LIMIT, allowed_argv
 from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _SlurmAction
 
-
 REDRAIN_SECONDS = 300.0  # how long a node the check resumed is drained again, at most
 REDRAIN_POLL = 2.0
 

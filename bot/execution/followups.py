@@ -24,7 +24,8 @@ def propose(conn: Connection, execution_id: int, runbook: str,
     if not follow_up or not _failed_where_asked(conn, execution_id, follow_up):
         return None
     now = now_iso()
-    params, named = _diagnosed_gpu(dict(follow_up.get("params") or {}), error or "")
+    given = follow_up.get("params")
+    params, named = _diagnosed_gpu(dict(given) if isinstance(given, dict) else {}, error or "")
     note = f"{runbook} (execution {execution_id}) failed: {error or 'no error recorded'}"
     note = f"{named}. {note}" if named else note
     result = conn.execute(proposals.insert().values(
