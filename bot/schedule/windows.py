@@ -373,7 +373,30 @@ def _current_plans(bot: Service, window: Window) -> list[dict[str, Any]]:
 
 
 def approve(bot: Service, window_id: int, user: str) -> tuple[Window, list[str], str]:
-    """Approve everything the window will run, ahead: bound to the digest of its plans."""
+    """Approve everything the window will run, ahead: bound to the digest of its plans.
+    A window that opened meanwhile (start=now) has its open execution approved too: the
+    approval ahead came too late for that request to count it."""
+    window, names, note = _approve_ahead(bot, window_id, user)
+    caught = _catch_up(bot, get(bot, window.id), user)
+    return window, names, "; ".join(part for part in (note, caught) if part)
+
+
+def _catch_up(bot: Service, window: Window, user: str) -> str:
+    if window.state == SCHEDULED or window.open_execution_id is None:
+        return ""
+    opening = bot.get(window.open_execution_id)
+    if opening.state != State.AWAITING_APPROVAL:
+        return ""
+    try:
+        bot.approve(opening.id, user)
+    except Refused as exc:
+        return (f"window {window.id} opened meanwhile and its {OPEN_RUNBOOK} execution "
+                f"{opening.id} could not take this approval: {exc}")
+    return (f"window {window.id} opened meanwhile: approved its {OPEN_RUNBOOK} execution "
+            f"{opening.id} as well")
+
+
+def _approve_ahead(bot: Service, window_id: int, user: str) -> tuple[Window, list[str], str]:
     window = get(bot, window_id)
     if window.state != SCHEDULED:
         raise Refused(f"window {window.id} is {window.state}: approvals ahead are collected "
@@ -714,6 +737,29 @@ def _close_step(bot: Service, window: Window) -> list[str]:
         audit.append(conn, Kind.WINDOW_CLOSE_REQUESTED, "bot", {"window": window.id,
                                                                 "report": report}, execution_id)
     return [f"window {window.id}: closing (execution {execution_id})"]
+
+
+def overdue(bot: Service) -> list[tuple[Window, list[int]]]:
+    """Windows past their end that still wait for runs inside them to end (closing waits for
+    a run rather than cut it off): each with those executions, for people to hear once."""
+    found = []
+    for window in listing(bot):
+        if window.state != CLOSING or window.close_execution_id is not None:
+            continue
+        waiting = [int(run["execution_id"]) for run in window.runs
+                   if run.get("execution_id") is not None
+                   and not bot.get(int(run["execution_id"])).terminal]
+        if waiting and window.end <= now_utc():
+            found.append((window, waiting))
+    return found
+
+
+def overdue_text(window: Window, waiting: list[int]) -> str:
+    ids = ", ".join(map(str, waiting))
+    return (f"Maintenance window {window.id} passed its end ({utc_iso(window.end)}) and is "
+            f"still closing: it waits for execution(s) {ids} inside it to end before it "
+            "lifts its reservation, cordons and silence. Cancel them to close it now "
+            f"(`/runbook cancel ID`); its nodes stay out of service until then.")
 
 
 def inside_done(window: Window) -> bool:

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from bot.alerts import breaker, proposing
 from bot.execution import confirming, executions
 from bot.execution.executions import Execution
+from bot.schedule import windows
 from bot.service import Service
 from bot.store import audit, checkpoints
 from bot.store.checkpoints import Checkpoint
@@ -100,6 +101,7 @@ class Poster:
         self._update_executions()
         self._proposals()
         self._breaker()
+        self._overdue_windows()
 
     # --- executions -----------------------------------------------------------------
 
@@ -258,6 +260,15 @@ class Poster:
                 "(`/runbook breaker reset REASON`).")
         self._post(f"breaker:{seq}", Message(text, [
             {"type": "section", "text": {"type": "mrkdwn", "text": text}}]))
+
+    # --- windows past their end -------------------------------------------------------------
+
+    def _overdue_windows(self) -> None:
+        """Say once that a window passed its end and waits for runs inside it."""
+        for window, waiting in windows.overdue(self.bot):
+            text = ":hourglass: " + windows.overdue_text(window, waiting)
+            self._post(f"window-overdue:{window.id}", Message(text, [
+                {"type": "section", "text": {"type": "mrkdwn", "text": text}}]))
 
     # --- the chat_messages rows -------------------------------------------------------------
 

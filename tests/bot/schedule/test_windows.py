@@ -31,10 +31,12 @@ from bot.service import Service
 from bot.store import audit
 from bot.store.schema import locks as locks_table
 from bot.store.schema import maintenance_windows
+from bot.surfaces.slack.poster import Poster
 from kit.errors import Refused
 from tests.bot import fakes
 from tests.bot.execution.test_engine import record, runbook
 from tests.bot.schedule.windowfakes import Systems
+from tests.bot.surfaces.slack.test_poster_checkpoints import RecordingClient
 from tests.conftest import BotFactory
 
 RUNBOOKS = Path(__file__).resolve().parents[3] / "runbooks"
@@ -179,6 +181,29 @@ def test_without_approvals_ahead_opening_waits_for_approval(bot: Service,
     assert bot.get(window.open_execution_id).state == "awaiting_approval"
     assert systems.slurm.reserved == {}
     bot.approve(window.open_execution_id, "dave")
+    drive(bot)
+    assert windows.get(bot, window.id).state == windows.OPEN
+
+
+def test_an_approval_ahead_that_races_the_opening_still_counts(
+        bot: Service, systems: Systems, monkeypatch: pytest.MonkeyPatch) -> None:
+    """start=now: the window opens (its execution requested, awaiting approval) between the
+    approve's state check and its record; the approval reaches that execution anyway."""
+    window = create(bot)
+    plans = windows._current_plans
+
+    def opening_meanwhile(bot_: Service, window_: windows.Window) -> Any:
+        found = plans(bot_, window_)
+        windows.fire_open(bot_, window_.id)
+        return found
+
+    monkeypatch.setattr(windows, "_current_plans", opening_meanwhile)
+    _, names, note = windows.approve(bot, window.id, "carol")
+    window = windows.get(bot, window.id)
+    assert names == ["carol"] and window.open_execution_id is not None
+    assert note == (f"window {window.id} opened meanwhile: approved its open-window "
+                    f"execution {window.open_execution_id} as well")
+    assert bot.approvals(window.open_execution_id) == ["carol"]
     drive(bot)
     assert windows.get(bot, window.id).state == windows.OPEN
 
@@ -536,3 +561,27 @@ def test_a_refusal_by_a_window_past_its_end_says_why_it_still_holds() -> None:
         "maintenance window 7 (closing on gpu[04-05], past its end at 1970-01-12 13:46 UTC: "
         "it holds its nodes until its runs inside end and close-window has run; created by "
         "alice)")
+
+
+def test_a_window_past_its_end_says_once_what_it_waits_for(bot: Service, systems: Systems,
+                                                          clock: Clock) -> None:
+    window = create(bot, start="2026-03-02 02:00")
+    waiting = bot.request("demo", {"node": "gpu03"}, "alice")  # not ended: the window waits
+    with bot.db.begin() as conn:
+        windows._set(conn, window.id, state=windows.CLOSING,
+                     runs=[{"runbook": "demo", "execution_id": waiting, "state": "running"}])
+    assert windows.overdue(bot) == []  # before its end: closing early is no news
+    clock.move_to(T0 + timedelta(hours=3, minutes=5))
+    [(late, ids)] = windows.overdue(bot)
+    assert (late.id, ids) == (window.id, [waiting])
+    client = RecordingClient()
+    for poster in (Poster(bot, client, "C1", 1.0), Poster(bot, client, "C1", 1.0)):
+        poster.tick()  # two replicas: one message
+    said = [m["text"] for m in client.sent if "passed its end" in m["text"]]
+    assert said == [f":hourglass: Maintenance window {window.id} passed its end "
+                    f"(2026-03-02T04:00:00Z) and is still closing: it waits for execution(s) "
+                    f"{waiting} inside it to end before it lifts its reservation, cordons and "
+                    "silence. Cancel them to close it now (`/runbook cancel ID`); its nodes "
+                    "stay out of service until then."]
+    bot.cancel(waiting, "alice")
+    assert windows.overdue(bot) == []
