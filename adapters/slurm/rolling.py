@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from adapters.actions import (
     ActionBase,
@@ -37,6 +37,17 @@ MAINT = ["MAINT", "IGNORE_JOBS"]
 class RolloutArguments(StrictArguments):
     nodes: str
     version: str = Field(pattern=r"^\d+(\.\d+){0,3}$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, data: Any) -> Any:
+        """A Slurm rollout names its nodes and driver: say so rather than "not a string"."""
+        if isinstance(data, dict):
+            for key, what in (("nodes", "the nodes (a hostlist, gpu[01-16])"),
+                              ("version", "the driver version (535.161.08)")):
+                if data.get(key) in (None, ""):
+                    raise ValueError(f"{key}= is required for the Slurm pool: {what}")
+        return data
     max_parallel: int = Field(default=1, ge=1, le=64)
     reason: str = Field(default="driver change", max_length=150)
     install_command: str = "driver-install"

@@ -305,9 +305,7 @@ def _plan_call(
     try:
         args = action.Arguments.model_validate(rendered)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(_problem(e) for e in exc.errors())
         raise PlanError(f"step {step_id} ({action_name}): {problems}") from exc
     try:
         _refuse_what_the_backend_cannot_do(action, args)
@@ -315,6 +313,13 @@ def _plan_call(
     except ActionError as exc:
         raise PlanError(f"step {step_id} ({action_name}): {exc}") from exc
     return PlannedCall(action_name, args.model_dump(mode="json"), operations)
+
+
+def _problem(error: Any) -> str:
+    """``field: what is wrong``; a check of the whole step says only what is wrong."""
+    where = ".".join(str(p) for p in error["loc"])
+    said = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {said}" if where else said
 
 
 def _refuse_what_the_backend_cannot_do(action: Any, args: Any) -> None:

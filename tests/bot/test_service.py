@@ -367,3 +367,16 @@ def test_racing_overlapping_requests_take_all_their_nodes_or_none(make_bot: BotF
         assert {name for name, ex in held.items() if ex == execution_id} == {
             f"node:{node}" for node in hostlist.expand(nodes)}
     assert set(held.values()) == set(granted)  # and a refused one holds nothing
+
+
+@pytest.mark.parametrize("given, missing", [
+    ({"version": "535.161.08"}, "nodes= is required for the Slurm pool: the nodes"),
+    ({"nodes": "gpu01"}, "version= is required for the Slurm pool: the driver version")])
+def test_a_slurm_rollback_without_its_nodes_or_driver_says_which(
+        make_bot: BotFactory, db_url: str, given: dict[str, str], missing: str) -> None:
+    bot = shipped_bot(make_bot, db_url, ("rollback-driver",))
+    with pytest.raises(Refused) as err:
+        bot.plan("rollback-driver", given)
+    assert str(err.value) == ("rollback-driver: step rollout (slurm.driver_rollout): "
+                              + missing + (" (a hostlist, gpu[01-16])" if "nodes" in missing
+                                           else " (535.161.08)"))

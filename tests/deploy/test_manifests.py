@@ -208,10 +208,16 @@ def test_the_configuration_is_one_the_bot_accepts(
     assert config.kubernetes is not None and config.kubernetes.kubeconfig is None
     assert config.slurm is not None and config.slurm.slurm_conf == \
         f"{mounts['slurm-conf']}/slurm.conf"
-    # slurmrestd's token: a file of the mounted Secret, never a value in the ConfigMap
-    assert config.slurm.backend == "rest" and config.slurm.rest.token_sources() == ["token_file"]
-    assert config.slurm.rest.token_file == f"{mounts['slurm-jwt']}/token"
+    # the Slurm clients with the munged sidecar: the backend every shipped runbook can use
+    assert config.slurm.backend == "cli"
+    assert env_of(docs)["SLURM_CONF"]["value"] == config.slurm.slurm_conf
+    # slurmrestd's token (backend: rest, commented in the base): a file of the mounted
+    # Secret, never a value in the ConfigMap, and a Secret the pod starts without
+    rest = yaml.safe_load(re.sub(r"(?m)^  # (rest:|  (url|user|token_file):)", r"  \1",
+                                 config_map["data"]["config.yaml"]))
+    assert rest["slurm"]["rest"]["token_file"] == f"{mounts['slurm-jwt']}/token"
     assert volumes["slurm-jwt"]["secret"]["secretName"] == "gpu-runbook-bot-slurm-jwt"
+    assert volumes["slurm-jwt"]["secret"]["optional"] is True
     assert [str(p) for p in config.runbook_paths] == [
         "/usr/share/gpu-runbook-bot/runbooks", mounts["runbooks"]]
     assert config.server.port == 8080
