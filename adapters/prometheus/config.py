@@ -6,6 +6,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from adapters.actions import Seconds
+
 _URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 
 
@@ -27,6 +29,9 @@ class PrometheusConfig(BaseModel):
     retry_backoff: float = Field(default=0.5, ge=0)
     headers: dict[str, str] | None = None
     verify_tls: bool = True
+    # how long a repaired node's GPUs are watched in DCGM before it returns (the health
+    # check's GPU gate: no new XID or ECC error, every GPU reporting); a runbook's settle=
+    gpu_settle: Seconds = Field(default=120.0, le=3600)
 
     @field_validator("url")
     @classmethod

@@ -32,6 +32,7 @@ from kit.durations import format_duration
 ERROR_METRICS = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_EXP_XID_ERRORS_COUNT",
                  "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")
 HOST_LABELS = ("Hostname", "hostname")  # dcgm-exporter: older and newer releases
+SHORT_LABELS = ("gpu", "xid", "err_code")  # what a verdict names of a series
 METRIC = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
 
 Key = tuple[tuple[str, str], ...]
@@ -43,6 +44,12 @@ def _key(sample: Sample) -> Key:
 
 def _host(sample: Sample) -> str:
     return next((sample.labels[k] for k in HOST_LABELS if k in sample.labels), "")
+
+
+def _short(labels: dict[str, str]) -> str:
+    """``DCGM_EXP_XID_ERRORS_COUNT{gpu="3", xid="79"}``: the labels a person needs (the
+    exporter adds a dozen: driver, VBIOS, UUID...)."""
+    return series_text({k: v for k, v in labels.items() if k in ("__name__", *SHORT_LABELS)})
 
 
 class ErrorWatch:
@@ -87,7 +94,7 @@ class ErrorWatch:
         for sample in samples:
             before = self.baseline.get(_key(sample), 0.0)
             if not math.isnan(sample.value) and sample.value > before:
-                found.append(f"{_host(sample)}: {series_text(sample.labels)} "
+                found.append(f"{_host(sample)}: {_short(sample.labels)} "
                              f"{format_value(before)} -> {format_value(sample.value)}")
         return found
 

@@ -12,7 +12,7 @@ from adapters.slurm.backends import make_backend
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fleet import FLEET_ACTIONS
 from adapters.slurm.gpureset import GpuResetAction
-from adapters.slurm.health import HealthCheckAction
+from adapters.slurm.health import DEFAULT_SETTLE, HealthCheckAction
 from adapters.slurm.mig import MIG_ACTIONS
 from adapters.slurm.pools import POOL_ACTIONS
 from adapters.slurm.rolling import DriverRolloutAction
@@ -21,8 +21,11 @@ from adapters.slurm.slurm_upgrade import UPGRADE_ACTIONS
 
 def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
     backend = make_backend(config)
+    prometheus = backends.get("prometheus")  # the health check's GPU gate (DCGM)
+    settle = getattr(getattr(prometheus, "config", None), "gpu_settle", DEFAULT_SETTLE)
     actions: list[Action] = [*SlurmActions(backend, config).all(),
-                             HealthCheckAction(backend, config),
+                             HealthCheckAction(backend, config, prometheus=prometheus,
+                                               gpu_settle=settle),
                              DriverRolloutAction(backend, config),
                              GpuResetAction(backend, config),
                              *(cls(backend, config) for cls in POOL_ACTIONS),
@@ -35,4 +38,4 @@ def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
 ADAPTER = Adapter("slurm", "slurm", SlurmConfig,
                   (*ACTION_CLASSES, HealthCheckAction, DriverRolloutAction, GpuResetAction,
                    *POOL_ACTIONS, *MIG_ACTIONS, *UPGRADE_ACTIONS, *FLEET_ACTIONS),
-                  _build)
+                  _build, uses=("prometheus",))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -24,9 +25,15 @@ from adapters.actions import (
     StrictArguments,
 )
 from adapters.host import OUTPUT_LIMIT, allowed_argv
+from adapters.prometheus.backend import PrometheusBackend
+from adapters.prometheus.gate import GateFailed, GpuGate
 from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _SlurmAction
+from adapters.slurm.backend import SlurmBackend
+from adapters.slurm.config import SlurmConfig
+from kit.durations import format_duration
 
+DEFAULT_SETTLE = 120.0  # seconds the GPUs are watched after the command passed
 REDRAIN_SECONDS = 300.0  # how long a node the check resumed is drained again, at most
 REDRAIN_POLL = 2.0
 
@@ -41,6 +48,11 @@ class HealthCheckArguments(StrictArguments):
     override_drains: bool = False
     # a drain whose reason starts with this is the bot's too (the pool hand-off's reason)
     also_lift: str = ""
+    # after the command passed: the node's GPUs in DCGM through Prometheus (adapters/
+    # prometheus/gate.py) for `settle` seconds (null: prometheus.gpu_settle)
+    gpu_telemetry: bool = False
+    settle: Seconds | None = Field(default=None, le=3600)
+    dcgm_name: str = Field(default="", pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class HealthCheckAction(_SlurmAction):
@@ -51,6 +63,21 @@ class HealthCheckAction(_SlurmAction):
     name: ClassVar[str] = "slurm.health_check"
     Arguments: ClassVar[type[StrictArguments]] = HealthCheckArguments
     needs: ClassVar[tuple[str, ...]] = ("run_on_node", "update_nodes")
+
+    def __init__(self, backend: SlurmBackend, config: SlurmConfig,
+                 sleep: Callable[[float], None] = time.sleep,
+                 prometheus: PrometheusBackend | None = None,
+                 gpu_settle: float = DEFAULT_SETTLE) -> None:
+        super().__init__(backend, config, sleep)
+        self.prometheus, self.gpu_settle = prometheus, gpu_settle
+
+    def _gate(self, args: HealthCheckArguments, expect: int) -> GpuGate:
+        if self.prometheus is None:
+            raise ActionError(
+                f"the health check of {args.node} also checks its GPUs in Prometheus (DCGM), "
+                "and no Prometheus is configured: configure prometheus:, or ask again with "
+                "gpu_telemetry=false (break-glass: the node then returns on the command alone)")
+        return GpuGate(self.prometheus, args.dcgm_name or args.node, expect)
 
     def _argv(self, args: HealthCheckArguments) -> list[str]:
         return allowed_argv(self.config.commands, args.command, args.args, "node command",
@@ -65,10 +92,18 @@ class HealthCheckAction(_SlurmAction):
             commands.show(commands.update_nodes([args.node], "RESUME", None))
             + f" (inside reservation {args.reservation}: no other job lands there)",
             commands.show(commands.srun(args.node, args.reservation, argv, self._env(args))),
+            *self._gate_plan(args),
             f"if it fails or does not finish: scontrol update NodeName={args.node} "
             f'State=DRAIN Reason="health check failed: ... {reasons.PLACEHOLDER[:-1]}: '
             'failed check)"',
         ]
+
+    def _gate_plan(self, args: HealthCheckArguments) -> list[str]:
+        if not args.gpu_telemetry:
+            return []
+        (node,) = self._read([args.node], with_jobs=False)
+        settle = self.gpu_settle if args.settle is None else args.settle
+        return ["then " + self._gate(args, node.gpus_total).describe(settle)]
 
     def run(self, args: HealthCheckArguments, ctx: ActionContext) -> ActionResult:
         argv = self._argv(args)
@@ -90,7 +125,8 @@ class HealthCheckAction(_SlurmAction):
                                  lambda n: n.responding and "DRAIN" not in n.flags,
                                  "responding")
             ctx.checkpoint(f"about to check {args.node}")  # srun is not interrupted by a stop
-            return self._check(args, argv, ctx)
+            passed = self._check(args, argv, ctx)
+            return self._telemetry(args, node.gpus_total, passed, ctx)
         except _CheckFailed as exc:
             raise ActionError(str(exc)) from exc
         except Exception as exc:  # never leave a node we resumed in service unchecked
@@ -113,6 +149,26 @@ class HealthCheckAction(_SlurmAction):
             raise _CheckFailed(f"{shlex.join(argv)} on {args.node} failed ({why}); "
                                f"{args.node} is left drained with that reason")
         return ActionResult(f"{args.node} passed {shlex.join(argv)}", details)
+
+    def _telemetry(self, args: HealthCheckArguments, expect: int, passed: ActionResult,
+                   ctx: ActionContext) -> ActionResult:
+        """The GPUs in DCGM after the command passed: a failure drains the node again with
+        the gate's verdict, as a failed check."""
+        if not args.gpu_telemetry:
+            return passed
+        settle = self.gpu_settle if args.settle is None else args.settle
+        ctx.progress(f"{args.node} passed; watching its GPUs in DCGM for "
+                     f"{format_duration(settle)}")
+        try:
+            reads = self._gate(args, expect).check(settle, ctx, self._sleep)
+        except GateFailed as exc:
+            self._drain(args.node, f"GPU telemetry: {exc}", ctx)
+            raise _CheckFailed(f"{args.node} passed {passed.summary.split(' passed ', 1)[-1]} "
+                               f"but its GPUs did not: {exc}; {args.node} is left drained "
+                               "with that reason") from exc
+        return ActionResult(f"{passed.summary}; its {expect} GPU(s) report in DCGM with no "
+                            f"new XID or ECC error for {format_duration(settle)}",
+                            {**passed.details, "telemetry_reads": reads})
 
     def _left_drained(self, node: str, exc: BaseException, ctx: ActionContext) -> ActionError:
         """The check did not finish (a stop, Slurm down, an error): drain again, marked as a

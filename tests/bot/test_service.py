@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from adapters.actions import Action
+from adapters.prometheus.fake import FakePrometheus
 from adapters.slurm import hostlist
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.health import HealthCheckAction
@@ -240,8 +242,9 @@ def shipped_bot(make_bot: BotFactory, url: str, names: tuple[str, ...]) -> Servi
     commands = {name: {"argv": ["true"], "accepts_args": True}
                 for name in ("driver-install", "driver-version", "health-check")}
     slurm = SlurmConfig.model_validate({"commands": commands})
-    extra = [cls(systems.slurm, slurm, lambda s: None)
-             for cls in (HealthCheckAction, DriverRolloutAction)]
+    extra: list[Action] = [HealthCheckAction(systems.slurm, slurm, lambda s: None,
+                                               prometheus=FakePrometheus([])),  # planned only
+                           DriverRolloutAction(systems.slurm, slurm, lambda s: None)]
     bot.catalogue = Catalogue([*bot.catalogue._actions.values(), *systems.actions(), *extra],
                               KNOWN)
     return systems.guarding(bot)

@@ -1,0 +1,104 @@
+"""``GpuGate``: before a node goes back into service, its GPUs as DCGM reports them through
+Prometheus: every GPU it should have reports (a GPU off the bus has no series), no GPU
+alert of the shipped rules fires for it, and for a settle time its XID and ECC counters do
+not rise. Fail closed: no series at all, or Prometheus not answering, fails the gate.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from adapters.actions import ActionContext, ActionError
+from adapters.prometheus.backend import PrometheusBackend, PrometheusError
+from adapters.prometheus.promql import escape_label_value
+from adapters.prometheus.soak import HOST_LABELS, ErrorWatch
+from kit.durations import format_duration
+
+PRESENCE = "DCGM_FI_DEV_GPU_TEMP"  # every GPU dcgm-exporter sees reports a temperature
+GPU_ALERTS = re.compile(r"^(Gpu|DcgmExporter)")  # deploy/prometheus/gpu-alerts.yaml
+ALERT_HOST_LABELS = ("node", *HOST_LABELS)
+
+
+class GateFailed(ActionError):
+    """The node's GPUs failed the gate; the text is the verdict (a drain reason)."""
+
+
+class GpuGate:
+    def __init__(self, backend: PrometheusBackend, node: str, expect: int,
+                 poll: float = 2.0) -> None:
+        self.backend, self.node, self.expect, self.poll = backend, node, expect, poll
+
+    def describe(self, settle: float) -> str:
+        return (f"DCGM in Prometheus: {self.expect} GPU(s) of {self.node} report "
+                f"({PRESENCE}), no GPU alert fires for it, and for "
+                f"{format_duration(settle)} no XID or ECC counter of it rises; else it is "
+                "drained again with the verdict")
+
+    def _ask(self, what: str, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except PrometheusError as exc:
+            raise GateFailed(f"Prometheus did not answer ({what}): {exc}") from exc
+
+    def presence(self) -> str | None:
+        """What is missing, or None when every expected GPU reports."""
+        host = escape_label_value(self.node)
+        query = " or ".join(f'{PRESENCE}{{{label}="{host}"}}' for label in HOST_LABELS)
+        samples = self._ask("GPU series", lambda: self.backend.query(query, timeout=30))
+        seen = sorted({int(s.labels["gpu"]) for s in samples if s.labels.get("gpu", "").isdigit()})
+        if not seen:
+            return (f"DCGM reports no GPU of {self.node} (its dcgm-exporter down, or not "
+                    f"scraped): {self.expect} expected")
+        missing = [g for g in range(self.expect) if g not in seen]
+        if missing or len(seen) < self.expect:
+            named = ", ".join(map(str, missing)) or "?"
+            return (f"DCGM reports {len(seen)} of {self.expect} GPUs of {self.node}: GPU "
+                    f"{named} missing (off the bus?)")
+        return None
+
+    def firing(self) -> list[str]:
+        alerts = self._ask("alerts", lambda: self.backend.alerts(timeout=30))
+        found = []
+        for alert in alerts:
+            labels = alert.get("labels") or {}
+            mine = any(labels.get(key) == self.node for key in ALERT_HOST_LABELS)
+            if (mine and alert.get("state") == "firing"
+                    and GPU_ALERTS.match(str(labels.get("alertname", "")))):
+                extra = " ".join(f"{k}={labels[k]}" for k in ("gpu", "xid") if k in labels)
+                found.append(f"{labels['alertname']} firing" + (f" ({extra})" if extra else ""))
+        return found
+
+    def check(self, settle: float, ctx: ActionContext,
+              sleep: Callable[[float], None]) -> int:
+        """Presence and alerts now, then the error counters and alerts for ``settle``
+        seconds; GateFailed with the verdict at the first problem. Returns the reads."""
+        self._now()
+        watch = ErrorWatch(self.backend, [self.node])
+        try:
+            watch.start()
+        except ActionError as exc:
+            raise GateFailed(str(exc)) from exc
+        ends, reads = time.monotonic() + settle, 1
+        while time.monotonic() < ends:
+            ctx.checkpoint(f"watching {self.node}'s GPUs settle")
+            sleep(max(0.01, ctx.pause(min(self.poll, ends - time.monotonic()))))
+            try:
+                rising = watch.problems()
+            except ActionError as exc:
+                raise GateFailed(str(exc)) from exc
+            if rising:
+                raise GateFailed("new GPU errors while settling: " + "; ".join(rising[:5]))
+            self._now()
+            reads += 1
+        return reads
+
+    def _now(self) -> None:
+        problem = self.presence()
+        if problem:
+            raise GateFailed(problem)
+        firing = self.firing()
+        if firing:
+            raise GateFailed(f"GPU alert(s) for {self.node}: " + "; ".join(firing[:5]))

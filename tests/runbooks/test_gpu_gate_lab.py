@@ -1,0 +1,66 @@
+"""The GPU gate on the lab's real Prometheus and DCGM simulator: a GPU off the bus keeps
+resume-node's node drained, named in its reason; with the GPU back, the request passes (with
+override_drains=true: the failed check's drain is the bot's for a failed check, which a routine
+return never lifts); an XID while swap-gpu's node settles fails the swap and drains it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from bot.service import Service
+from tests.lab.fixture import Lab
+from tests.runbooks.test_slurm_runbooks import (
+    bot,
+    confirm_when_asked,
+    node,
+    resume_everything,
+    run,
+)
+
+pytestmark = pytest.mark.lab
+__all__ = ["bot"]  # the fixture, shared with the Slurm runbook tests
+
+
+def test_a_gpu_off_the_bus_keeps_the_node_drained_naming_it(lab: Lab, bot: Service) -> None:
+    try:
+        assert run(bot, "drain-node", {"node": "gpu02", "reason": "XID 79"}).state == "succeeded"
+        lab.lab("fault", "gpu02", "gpu_missing=3")
+        time.sleep(2.5)  # two scrapes: the series is gone from Prometheus (staleness marker)
+        failed = run(bot, "resume-node", {"node": "gpu02"})
+        assert failed.state == "failed"
+        reason = node(lab, "gpu02")["reason"]
+        assert reason.startswith("GPU telemetry: DCGM reports 7 of 8 GPUs of gpu02: GPU 3 "
+                                 "missing (off the bus?)"), reason
+        assert reason.endswith(f"(execution {failed.id}: failed check)")
+        assert "its GPUs did not" in (failed.error or "")
+        lab.lab("fault", "gpu02", "clear")
+        time.sleep(2.5)
+        passed = run(bot, "resume-node", {"node": "gpu02", "override_drains": "true"},
+                     approvers=("carol", "dave"), break_glass=True)
+        assert passed.state == "succeeded", passed.error
+        assert node(lab, "gpu02")["state"] == "IDLE"
+    finally:
+        resume_everything(lab, "gpu02")
+
+
+def test_an_xid_while_the_node_settles_fails_the_swap(lab: Lab, bot: Service) -> None:
+    def xid_once_resumed(bot_: Service, execution_id: int) -> None:
+        confirm_when_asked()(bot_, execution_id)
+        deadline = time.monotonic() + 60
+        while "DRAIN" in node(lab, "gpu03")["state"] and time.monotonic() < deadline:
+            time.sleep(0.2)  # the health check resumes it inside its reservation
+        time.sleep(1.0)
+        lab.lab("fault", "gpu03", "xid=79")
+
+    try:
+        ex = run(bot, "swap-gpu", {"node": "gpu03", "gpu": "3", "reason": "XID 79",
+                                   "settle": "30s"}, during=xid_once_resumed)
+        assert ex.state == "failed"
+        state = node(lab, "gpu03")
+        assert "DRAIN" in state["state"]
+        assert state["reason"].startswith("GPU telemetry: "), state["reason"]
+        assert 'xid="79"' in state["reason"] or "xid=79" in state["reason"]  # counter, alert
+    finally:
+        resume_everything(lab, "gpu03")
