@@ -13,7 +13,7 @@ LAB := deploy/lab/lab
 # the lab installs its own packages (Slurm, MariaDB...).
 DEBIAN_PACKAGES := postgresql rsyslog rsyslog-openssl chromium
 
-.PHONY: demo test lint unit bench deps venv lab-up lab-down clean image
+.PHONY: demo test lint unit bench mutate deps venv lab-up lab-down clean image
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -66,6 +66,11 @@ bench: venv
 	$(BIN)/python bench/plan_fleet.py
 	@# the shared lab, held under its lock as the lab tests hold it (some drain its nodes)
 	flock /tmp/grb-lab.lock sh -c '$(LAB) up && eval "$$($(LAB) env)" && $(BIN)/python bench/node_view.py && $(BIN)/python bench/slack_ack.py && $(BIN)/python bench/slowloris.py && $(BIN)/python bench/cancel_to_undone.py && $(BIN)/python bench/failover.py'
+
+# Mutation testing of the safety core (mutmut; modules and tests in deploy/mutate/modules.toml).
+# Not part of `make test`: see docs/safety.md for how long it takes.
+mutate: venv
+	$(BIN)/python bench/mutate.py
 
 # The container image (podman; the base image is made locally from Debian's packages).
 image: venv

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, settings
 
 from bot.config import Config
 from bot.execution.checks.core import Checks, CommandEvaluator
@@ -124,3 +125,35 @@ def standard_actions(config: Config, engine: Any) -> list[Any]:
     from bot.runbooks.catalogue import standard_actions as standard
 
     return standard(config, DatabaseConfirmations(engine))
+
+
+# --- Hypothesis profiles: HYPOTHESIS_PROFILE=ci|long, "ci" by default where CI is set ----
+# ci: the same examples every run (derandomised; Hypothesis then keeps no example database,
+# it refuses both at once) and the blob to reproduce a failure. long: random examples, the
+# database in .hypothesis/, and LONG_FACTOR times each test's own max_examples (every
+# property test names its own, which a profile alone would not override).
+LONG_FACTOR = 20
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True,
+                          deadline=None, max_examples=50,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("long", derandomize=False, deadline=None, max_examples=2000,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE")
+                      or ("ci" if os.environ.get("CI") else "default"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if settings.get_current_profile_name() != "long":
+        return
+    machines: set[type] = set()
+    for item in items:
+        test: Any = getattr(item, "obj", None)
+        own = getattr(test, "_hypothesis_internal_use_settings", None)  # what @given reads
+        if isinstance(own, settings):
+            test._hypothesis_internal_use_settings = settings(
+                own, max_examples=own.max_examples * LONG_FACTOR)
+        case: Any = getattr(item, "cls", None)  # a state machine's TestCase
+        if isinstance(getattr(case, "settings", None), settings) and case not in machines:
+            machines.add(case)
+            case.settings = settings(case.settings,
+                                     max_examples=case.settings.max_examples * LONG_FACTOR)
