@@ -16,6 +16,7 @@ from typing import Any
 
 LAB = Path(__file__).resolve().parent.parent
 FAULTS = LAB / "faults"
+HOST = Path("/.host/usr/bin")  # see reboot()
 DEFAULT_DRIVER = "535.161.08"
 GPUS = 8
 ROW = "| {:<25} | {:<46} |"
@@ -177,8 +178,11 @@ def reboot(args: list[str]) -> int:
         return 1
     lab = (Path(__file__).resolve().parent / ".lab-command").read_text().strip()
     log = open(LAB / "log" / f"reboot-{name}.log", "ab")  # noqa: SIM115 - the child keeps it
+    # A slurmd chrooted into a Debian root (lab up --slurm 24.11) sees the host at /.host:
+    # the lab command runs there, with the host's Python.
+    python = ["chroot", "/.host", "python3"] if HOST.is_dir() else [sys.executable]
     subprocess.Popen(
-        [sys.executable, "-c", "import subprocess, sys, time; time.sleep(1); "
+        [*python, "-c", "import subprocess, sys, time; time.sleep(1); "
          "sys.exit(subprocess.call(sys.argv[1:]))", lab, "service", f"slurmd-{name}", "reboot"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
     )

@@ -26,6 +26,7 @@ from . import (
     procs,
     render,
     reset,
+    roots,
     rsyslog,
     slack,
     slackclient,
@@ -123,7 +124,7 @@ def ports_of(info: Info) -> Ports:
 # --- up --------------------------------------------------------------------
 
 def plan(layout: Layout, info: Info, nodes_arg: int | None, slurmd_arg: int | None,
-         kube_arg: int | None = None) -> Info:
+         kube_arg: int | None = None, slurm_arg: str | None = None) -> Info:
     """Reuse a running lab's shape; otherwise pick nodes and free ports."""
     if running_daemons(layout, info):
         if nodes_arg not in (None, len(info["nodes"])) or kube_arg not in (
@@ -131,6 +132,10 @@ def plan(layout: Layout, info: Info, nodes_arg: int | None, slurmd_arg: int | No
             raise LabError(f"lab at {layout.root} runs {len(info['nodes'])} nodes and "
                            f"{len(kube.of(info)[0])} Kubernetes nodes; run `lab down` "
                            "before changing --nodes or --kube-nodes")
+        have = slurm_of(info)
+        if slurm_arg not in (None, have):
+            raise LabError(f"lab at {layout.root} runs Slurm {have}; run `lab down` before "
+                           "changing --slurm")
         return info
     count = nodes_arg or DEFAULT_NODES  # a stopped lab takes today's default shape
     if not 1 <= count <= MAX_NODES:
@@ -144,9 +149,16 @@ def plan(layout: Layout, info: Info, nodes_arg: int | None, slurmd_arg: int | No
     started = nodes[: min(slurmd_arg or default_started, count)]
     ports = pick_ports(layout.root, count, info.get("port_base"))
     planned = base_info(layout, ports, nodes, started)
+    version = slurm_arg or roots.HOST_VERSION  # a stopped lab takes the host's Slurm too
+    planned["slurm"] = {"version": version, "suite": roots.suite(version)}
     if kube_arg is not None:  # else today's pool (kube.KUBE_NODES): lab.json stays as it was
         planned["kube_nodes"], planned["handoff_nodes"] = kube.shape(nodes, started, kube_arg)
     return planned
+
+
+def slurm_of(info: Info) -> str:
+    """The lab's Slurm release (lab up --slurm); labs made before it have the host's."""
+    return str(info.get("slurm", {}).get("version", roots.HOST_VERSION))
 
 
 def base_info(layout: Layout, ports: Ports, nodes: list[str], started: list[str]) -> Info:
@@ -245,7 +257,7 @@ def finish_info(layout: Layout, info: Info) -> Info:
     info["slurmrestd"]["api_version"] = d.rest_api_version(url, token)
     info["jwt"] = {"user": "root", "token": token, "expires_at": expires,
                    "key_file": str(layout.jwt_key)}
-    version = d.run(["sinfo", "--version"]).stdout.split()
+    version = d.run(["sinfo", "--version"], env=d.slurm_env(layout)).stdout.split()
     info["slurm_version"] = version[-1] if version else "unknown"
     info["kubeapi"] = kube.info(layout, ports_of(info), *kube.of(info))
     info["etcd"] = etcd.info(layout, ports_of(info))
@@ -271,14 +283,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     layout = Layout(lab_dir())
     began = time.monotonic()
     with locked(layout):
-        packages.ensure_packages(allow_install=not args.no_install)
+        packages.ensure_packages(allow_install=not args.no_install,
+                                 extra=[] if args.slurm in (None, roots.HOST_VERSION)
+                                 else roots.HOST_TOOLS)
         if args.scale:
             args.nodes, args.kube_nodes = (args.nodes or SCALE_NODES,
                                            args.kube_nodes or SCALE_KUBE_NODES)
-        info = plan(layout, layout.read_info(), args.nodes, args.slurmd, args.kube_nodes)
+        info = plan(layout, layout.read_info(), args.nodes, args.slurmd, args.kube_nodes,
+                    args.slurm)
         check_socket_paths(layout)
         layout.make_dirs()
         if not running_daemons(layout, info):
+            root = roots.select(layout, slurm_of(info))  # before slurm.conf: its PluginDir
+            info["slurm"]["root"] = str(root) if root else None
             render.write_slurm_files(layout, ports_of(info), info["nodes"])
             write_secret(layout.jwt_key, 32)
         faults.install_tools(layout)
@@ -296,7 +313,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     if started:
         print(f"lab up at {layout.root}: {len(info['nodes'])} nodes, "
               f"{len(info['slurmd_nodes'])} slurmd, {len(kube.of(info)[0])} Kubernetes "
-              f"nodes, started {len(started)} daemons in {took:.1f}s")
+              f"nodes, started {len(started)} daemons in {took:.1f}s"
+              + (f" (Slurm {info['slurm_version']})" if roots.current(layout) else ""))
     else:
         print(f"lab already running at {layout.root} ({len(info['nodes'])} nodes); nothing to do")
     print(f"  eval \"$({shlex.quote(sys.argv[0])} env)\"")
@@ -355,6 +373,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 1
     all_up = True
     print(f"lab at {layout.root}")
+    root = roots.current(layout)
+    print(f"  slurm {info.get('slurm_version', slurm_of(info))} "
+          + (f"from the Debian root {root}" if root else "(the host's packages)"))
     for name, entry in daemon_table(layout, info).items():
         pid, port = entry["pid"], entry["port"]
         all_up &= pid is not None
@@ -545,7 +566,7 @@ def cmd_slurm_install(args: argparse.Namespace) -> int:
     if faults.read(layout, target).get("install") == "fail":
         raise LabError(f"installing Slurm {args.version} for {target} failed (lab fault "
                        "install=fail)")
-    have = d.run(["slurmd", "-V"]).stdout.split()[-1:]
+    have = [roots.daemon_version(layout)]
     if have != [args.version]:
         raise LabError(f"the lab has Slurm {' '.join(have) or '?'} only, not {args.version}")
     name = f"slurmd-{args.node}" if args.daemon == "slurmd" else args.daemon
@@ -556,6 +577,13 @@ def cmd_slurm_install(args: argparse.Namespace) -> int:
         info["daemons"] = daemon_table(layout, info)
         layout.write_info(info)
     print(f"{name}: Slurm {args.version} installed (the lab's own) and restarted")
+    return 0
+
+
+def cmd_slurm_root(args: argparse.Namespace) -> int:
+    packages.ensure_packages(allow_install=True, extra=roots.HOST_TOOLS, only_extra=True)
+    root = roots.ensure(args.version, rebuild=args.rebuild)
+    print(f"{root} (Slurm {roots.stamp(root).get('installed', {}).get('slurmctld')})")
     return 0
 
 
@@ -738,6 +766,20 @@ def slack_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     fault.add_argument("pairs", nargs="+", metavar="key=value")
 
 
+def slurm_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    si = sub.add_parser("slurm-install", help="upgrade-slurm's install command: check VERSION "
+                        "is the lab's Slurm and restart DAEMON (NODE's slurmd)")
+    si.add_argument("daemon", choices=["slurmdbd", "slurmctld", "slurmd"])
+    si.add_argument("version")
+    si.add_argument("node", nargs="?", default="")
+    si.set_defaults(func=cmd_slurm_install)
+    sr = sub.add_parser("slurm-root", help="build (when missing or stale) the Debian root a "
+                        "Slurm release runs from, and print its path")
+    sr.add_argument("version", choices=list(roots.SUITES))
+    sr.add_argument("--rebuild", action="store_true", help="build it again even when current")
+    sr.set_defaults(func=cmd_slurm_root)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lab", description="Local Slurm + MariaDB lab on loopback.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -750,6 +792,9 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--scale", action="store_true", help=f"a scale lab: --nodes {SCALE_NODES} "
                     f"--kube-nodes {SCALE_KUBE_NODES} ({SCALE_SLURMD} slurmd; telemetry for "
                     "the slurmd nodes and the first Kubernetes nodes only)")
+    up.add_argument("--slurm", choices=roots.VERSIONS, help=f"Slurm release (default "
+                    f"{roots.HOST_VERSION}, the host's packages; others run from a Debian root "
+                    "built once per machine: see `lab slurm-root`)")
     up.add_argument("--no-install", action="store_true", help="never apt-get install")
     up.set_defaults(func=cmd_up)
     down = sub.add_parser("down", help="stop the lab's daemons")
@@ -788,12 +833,7 @@ def parser() -> argparse.ArgumentParser:
     sw.add_argument("data_dir", help="an etcd data directory holding member/ "
                     "(restored with --name grblab and the lab's peer URL)")
     sw.set_defaults(func=cmd_etcd_switch)
-    si = sub.add_parser("slurm-install", help="upgrade-slurm's install command: check VERSION "
-                        "is the lab's Slurm and restart DAEMON (NODE's slurmd)")
-    si.add_argument("daemon", choices=["slurmdbd", "slurmctld", "slurmd"])
-    si.add_argument("version")
-    si.add_argument("node", nargs="?", default="")
-    si.set_defaults(func=cmd_slurm_install)
+    slurm_parsers(sub)
     bf = sub.add_parser("backfill", help="write OpenMetrics history into the lab's Prometheus "
                         "(promtool tsdb create-blocks-from openmetrics; restarts Prometheus)")
     bf.add_argument("file", help="an OpenMetrics text file ending in `# EOF`")

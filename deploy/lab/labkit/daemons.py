@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import procs
+from . import procs, roots
 from .layout import (
     ACCOUNT,
     CAPPED_QOS,
@@ -25,7 +25,8 @@ from .layout import (
 from .render import MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER
 
 READY_TIMEOUT = float(os.environ.get("RUNBOOK_LAB_TIMEOUT", "60"))
-REST_VERSIONS = ["v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42"]
+REST_VERSIONS = ["v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44",
+                 "v0.0.45"]
 TOKEN_LIFESPAN = 7 * 24 * 3600
 # Compact sinfo states of a registered node; a trailing * means not responding.
 
@@ -50,6 +51,8 @@ class Daemon:
 def slurm_env(layout: Layout) -> dict[str, str]:
     env = dict(os.environ, SLURM_CONF=str(layout.slurm_conf))
     env.pop("SLURM_JWT", None)  # would switch clients from munge to JWT auth
+    if roots.current(layout):  # the root's clients: $LAB/bin/scontrol ... (labkit/roots.py)
+        env["PATH"] = f"{layout.bin}{os.pathsep}{env.get('PATH', os.defpath)}"
     return env
 
 
@@ -177,7 +180,7 @@ def slurmdbd(layout: Layout, ports: Ports) -> Daemon:
         return run(["sacctmgr", "-n", "-P", "list", "cluster"], env=env).returncode == 0
 
     return Daemon(
-        name="slurmdbd", argv=["slurmdbd", "-D"], env=env,
+        name="slurmdbd", argv=roots.daemon_argv(layout, ["slurmdbd", "-D"]), env=env,
         port=ports.service("slurmdbd"),
         logs=[layout.log / "slurmdbd.log", layout.log / "slurmdbd.out"], ready=ready,
     )
@@ -254,7 +257,7 @@ def slurmctld(layout: Layout, ports: Ports) -> Daemon:
         return "UP" in run(["scontrol", "ping"], env=env).stdout
 
     return Daemon(
-        name="slurmctld", argv=["slurmctld", "-D"], env=env,
+        name="slurmctld", argv=roots.daemon_argv(layout, ["slurmctld", "-D"]), env=env,
         port=ports.service("slurmctld"),
         logs=[layout.log / "slurmctld.log", layout.log / "slurmctld.out"], ready=ready,
     )
@@ -273,7 +276,8 @@ def slurmd(layout: Layout, ports: Ports, node: str, index: int) -> Daemon:
         return responding(node_states(layout).get(node))
 
     return Daemon(
-        name=f"slurmd-{node}", argv=["slurmd", "-D", "-N", node], env=env,
+        name=f"slurmd-{node}", argv=roots.daemon_argv(layout, ["slurmd", "-D", "-N", node]),
+        env=env,
         port=ports.slurmd(index),
         logs=[layout.log / f"slurmd-{node}.log", layout.log / f"slurmd-{node}.out"],
         ready=ready,
@@ -286,12 +290,18 @@ def slurmrestd(layout: Layout, ports: Ports) -> Daemon:
     # Root is refused unless the user check is off; SLURM_JWT=daemon makes it
     # accept the X-SLURM-USER-TOKEN header.
     env.update(SLURM_JWT="daemon", SLURMRESTD_SECURITY="disable_user_check")
+    argv = ["slurmrestd", "-a", "rest_auth/jwt", f"127.0.0.1:{port}"]
+    if roots.current(layout):  # 26.05 refuses root even with the check off: the root's
+        # `slurm` user (from its packages) once the socket is open
+        env.pop("SLURMRESTD_SECURITY")
+        argv[1:1] = ["-u", "slurm", "-g", "slurm"]
 
     def ready() -> bool:
         return http_status(f"http://127.0.0.1:{port}/openapi") is not None
 
     return Daemon(
-        name="slurmrestd", argv=["slurmrestd", "-a", "rest_auth/jwt", f"127.0.0.1:{port}"],
+        name="slurmrestd",
+        argv=roots.daemon_argv(layout, argv),
         env=env, port=port,
         logs=[layout.log / "slurmrestd.out"], ready=ready,
     )

@@ -23,10 +23,11 @@ def _installed(package: str) -> bool:
     return result.returncode == 0 and result.stdout.endswith("installed")
 
 
-def missing_packages() -> list[str]:
+def missing_packages(wanted: list[str] | None = None) -> list[str]:
+    wanted = PACKAGES if wanted is None else wanted
     if not shutil.which("dpkg-query"):
-        return list(PACKAGES)
-    return [p for p in PACKAGES if not _installed(p)]
+        return list(wanted)
+    return [p for p in wanted if not _installed(p)]
 
 
 def install_command(packages: list[str]) -> list[str]:
@@ -38,9 +39,11 @@ def _can_install() -> bool:
     return os.geteuid() == 0 and debian
 
 
-def ensure_packages(allow_install: bool) -> None:
-    """Install what is missing (root on Debian), else print the command and exit 2."""
-    missing = missing_packages()
+def ensure_packages(allow_install: bool, extra: list[str] | None = None,
+                    only_extra: bool = False) -> None:
+    """Install what is missing (root on Debian), else print the command and exit 2. `extra`:
+    more packages (debootstrap for a Slurm root, labkit/roots.py)."""
+    missing = missing_packages([*([] if only_extra else PACKAGES), *(extra or [])])
     if not missing:
         return
     command = install_command(missing)
