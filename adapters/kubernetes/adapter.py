@@ -7,6 +7,7 @@ from typing import Any
 
 from adapters.kubernetes.actions import ACTION_CLASSES, KubernetesActions
 from adapters.kubernetes.config import KubernetesConfig
+from adapters.kubernetes.gpu_gate import DEFAULT_SETTLE, GpuGateAction
 from adapters.registry import Adapter, Built
 
 
@@ -14,7 +15,11 @@ def _build(config: KubernetesConfig, backends: Mapping[str, Any]) -> Built:
     from adapters.kubernetes.client import make_backend  # the official client: only when used
 
     backend = make_backend(config)
-    return Built(KubernetesActions(backend, config).all(), backend)
+    prometheus = backends.get("prometheus")  # the GPU gate before a node returns (DCGM)
+    settle = getattr(getattr(prometheus, "config", None), "gpu_settle", DEFAULT_SETTLE)
+    gate = GpuGateAction(backend, config, prometheus=prometheus, gpu_settle=settle)
+    return Built([*KubernetesActions(backend, config).all(), gate], backend)
 
 
-ADAPTER = Adapter("kubernetes", "kubernetes", KubernetesConfig, ACTION_CLASSES, _build)
+ADAPTER = Adapter("kubernetes", "kubernetes", KubernetesConfig,
+                  (*ACTION_CLASSES, GpuGateAction), _build, uses=("prometheus",))

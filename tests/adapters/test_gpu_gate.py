@@ -13,6 +13,11 @@ from typing import Any
 import pytest
 
 from adapters.actions import ActionContext, ActionError
+from adapters.kubernetes import cordons
+from adapters.kubernetes.config import KubernetesConfig
+from adapters.kubernetes.cordons import CORDONED_BY, FAILED_CHECK
+from adapters.kubernetes.fake import FakeKubernetes
+from adapters.kubernetes.gpu_gate import GPU_COUNT_LABEL, GpuGateAction, GpuGateArguments
 from adapters.prometheus.backend import PrometheusError, Sample, Series
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fake import FakeSlurm
@@ -135,3 +140,44 @@ def test_its_dcgm_name_and_settle_come_from_the_request() -> None:
     result = action.run(args, ctx())
     assert result.summary.endswith("for 1s")
     assert "DRAIN" not in slurm.state["gpu02"].flags
+
+
+# --- a node only in Kubernetes: k8s.gpu_gate before it is uncordoned ---------------------
+
+
+def kube_gate(dcgm: Dcgm | None, count: str = "8") -> tuple[GpuGateAction, FakeKubernetes]:
+    kube = FakeKubernetes(["gpu06"])
+    kube.patch_node("gpu06", {"spec": {"unschedulable": True}, "metadata": {
+        "labels": {GPU_COUNT_LABEL: count}, "annotations": {CORDONED_BY: "execution-5"}}},
+        strategic=True)
+    return GpuGateAction(kube, KubernetesConfig(), lambda s: None, prometheus=dcgm,
+                         gpu_settle=0.2), kube
+
+
+def test_a_kubernetes_node_whose_gpus_report_passes_its_gate() -> None:
+    action, kube = kube_gate(Dcgm(node="gpu06"))
+    result = action.run(GpuGateArguments(node="gpu06"), ctx())
+    assert result.summary == ("gpu06: its 8 GPU(s) report in DCGM with no new XID or ECC "
+                              "error for 0.2s")
+    assert FAILED_CHECK not in kube.nodes["gpu06"].annotations
+
+
+def test_a_kubernetes_node_missing_a_gpu_stays_cordoned_as_a_failed_check() -> None:
+    dcgm = Dcgm(node="gpu06")
+    dcgm.gpus.discard(5)
+    action, kube = kube_gate(dcgm)
+    with pytest.raises(ActionError, match=r"gpu06's GPUs did not pass: DCGM reports 7 of 8 "
+                                          r"GPUs of gpu06: GPU 5 missing .*stays cordoned"):
+        action.run(GpuGateArguments(node="gpu06"), ctx())
+    assert kube.nodes["gpu06"].annotations[FAILED_CHECK].startswith(
+        "GPU telemetry: DCGM reports 7 of 8 GPUs of gpu06: GPU 5 missing")
+    assert "gpu06" in cordons.not_liftable(kube.nodes.values())  # resume-nodes leaves it
+
+
+def test_the_kubernetes_gate_counts_what_gfd_says_and_needs_prometheus() -> None:
+    action, _ = kube_gate(Dcgm(node="gpu06", gpus=4), count="4")
+    assert action.run(GpuGateArguments(node="gpu06"), ctx()).summary.startswith(
+        "gpu06: its 4 GPU(s)")
+    without, _ = kube_gate(None)
+    with pytest.raises(ActionError, match="no Prometheus is configured"):
+        without.plan(GpuGateArguments(node="gpu06"))

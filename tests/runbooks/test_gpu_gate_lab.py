@@ -1,7 +1,8 @@
 """The GPU gate on the lab's real Prometheus and DCGM simulator: a GPU off the bus keeps
 resume-node's node drained, named in its reason; with the GPU back, the request passes (with
 override_drains=true: the failed check's drain is the bot's for a failed check, which a routine
-return never lifts); an XID while swap-gpu's node settles fails the swap and drains it."""
+return never lifts); an XID while swap-gpu's node settles fails the swap and drains it; a
+Kubernetes-only node missing a GPU stays cordoned, marked as a failed check."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import time
 
 import pytest
 
+from adapters.kubernetes.cordons import FAILED_CHECK
 from bot.service import Service
 from tests.lab.fixture import Lab
+from tests.lab.kubehelp import api
 from tests.runbooks.test_slurm_runbooks import (
     bot,
     confirm_when_asked,
@@ -64,3 +67,21 @@ def test_an_xid_while_the_node_settles_fails_the_swap(lab: Lab, bot: Service) ->
         assert 'xid="79"' in state["reason"] or "xid=79" in state["reason"]  # counter, alert
     finally:
         resume_everything(lab, "gpu03")
+
+
+def test_a_kubernetes_node_missing_a_gpu_stays_cordoned(lab: Lab, bot: Service) -> None:
+    try:
+        drained = run(bot, "drain-node", {"node": "gpu06", "reason": "XID 79"},
+                      approvers=("carol", "dave"), break_glass=True)  # below the pool's floor
+        assert drained.state == "succeeded", drained.error
+        lab.lab("fault", "gpu06", "gpu_missing=2")
+        time.sleep(2.5)
+        failed = run(bot, "resume-node", {"node": "gpu06"})
+        assert failed.state == "failed"
+        assert "gpu06's GPUs did not pass: DCGM reports 7 of 8 GPUs of gpu06: GPU 2" in (
+            failed.error or "")
+        code, seen = api(lab, "GET", "/api/v1/nodes/gpu06")
+        assert code == 200 and seen["spec"].get("unschedulable")
+        assert seen["metadata"]["annotations"][FAILED_CHECK].startswith("GPU telemetry: ")
+    finally:
+        assert lab.lab("reset", timeout=120).returncode == 0  # cordons, faults, pods' places
