@@ -91,7 +91,9 @@ def test_a_gpu_neither_clears_stays_drained_and_the_run_fails(lab: Lab, bot: Ser
             "node": "gpu04", "gpu": "1",
             "reason": "reset-gpu (reset) did not clear GPU 1: XID 48"}}
         [proposal] = proposing.listing(bot)
-        assert (proposal.runbook, proposal.params["gpu"]) == ("swap-gpu", "1")
+        # the lab's dcgmi names GPU 3 as the failing one ("Fail - GPU: 3"): swap that one
+        assert (proposal.runbook, proposal.params["gpu"]) == ("swap-gpu", "3")
+        assert (proposal.note or "").startswith("the diagnostic named GPU 3, not GPU 1")
         assert proposal.alertname == "reset-gpu failed"
     finally:
         resume_everything(lab, "gpu04")
