@@ -39,6 +39,8 @@ from adapters.slurm.hostlist import compress, expand
 from kit.durations import format_duration
 
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+# scontrol's answer to RESUME of a node it thinks needs none (22.05/24.11; 26.05)
+INVALID_STATE = ("Invalid node state specified", "Invalid node state transition")
 
 
 def _check_text(value: str) -> str:
@@ -220,8 +222,9 @@ class _SlurmAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
             self.backend.update_nodes(names, "RESUME", None)
         except SlurmError as exc:
             # Slurm 22.05 clears DRAIN on never-registered (UNKNOWN) nodes but still
-            # answers "Invalid node state specified": judge by what the nodes show now.
-            if "Invalid node state specified" not in str(exc):
+            # answers "Invalid node state specified" (26.05: "... transition"): judge by
+            # what the nodes show now.
+            if not any(words in str(exc) for words in INVALID_STATE):
                 raise
             if any("DRAIN" in n.flags for n in self._read(names, with_jobs=False)):
                 raise

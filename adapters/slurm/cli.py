@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from adapters.environment import child_environment
-from adapters.slurm import commands, parsing
+from adapters.slurm import commands, parsing, restparse
 from adapters.slurm.backend import (
     AccountUsage,
     Job,
@@ -30,7 +30,13 @@ from adapters.slurm.config import SlurmConfig
 from adapters.slurm.hostlist import compress
 
 UNREACHABLE = "Unable to contact slurm controller"
+# scontrol, sacctmgr and sdiag print data_parser JSON from 23.02 (proven on 24.11 and 26.05);
+# before that (22.05) only sinfo, squeue and sacct do, and the rest is read as text.
+JSON_CLIENTS_SINCE = (23, 2)
+# 22.05 says "Problem talking to the database"; 24.11+ only "failed to open persistent
+# connection to host:...: Connection refused" (sacctmgr, sacct, sshare)
 DBD_UNREACHABLE = ("Problem talking to the database", "Unable to connect to database",
+                   "failed to open persistent connection",
                    "slurmdbd: Connection refused")
 
 
@@ -66,10 +72,10 @@ def run_process(
 class CliBackend:
     """``SlurmBackend`` over sinfo/squeue/sacct/scontrol/srun.
 
-    Reads use ``--json`` (``sinfo``/``squeue``/``sacct`` on 22.05; ``scontrol show nodes
-    --json`` on 23.02+, whose ``sinfo --json`` groups nodes); changes use ``scontrol``;
-    reservations are read from ``scontrol show reservation -o`` text (22.05 has no JSON for
-    them). srun runs with an explicit ``--export=`` list, so nothing else of the bot's
+    Reads use ``--json``: ``sinfo``/``squeue``/``sacct`` on 22.05, and from 23.02 also
+    ``scontrol show nodes|reservation``, ``sacctmgr`` and ``sdiag``; 22.05's scontrol,
+    sacctmgr and sdiag text is read only where they have no JSON. Changes use ``scontrol``.
+    srun runs with an explicit ``--export=`` list, so nothing else of the bot's
     environment reaches a compute node either.
     """
 
@@ -157,12 +163,16 @@ class CliBackend:
                 raise SlurmError(str(exc), ["sinfo", "--version"]) from exc
         return self._version
 
+    def json_clients(self) -> bool:
+        """Whether scontrol, sacctmgr and sdiag print JSON (``--json``, 23.02+)."""
+        return self.version() >= JSON_CLIENTS_SINCE
+
     # -- reads ------------------------------------------------------------------------
 
     def nodes(self, names: list[str] | None = None, *, with_jobs: bool = True) -> list[NodeInfo]:
         if names is not None and not with_jobs:
             return self._node_states(names)
-        if self.version() >= (23, 2):
+        if self.json_clients():
             data = self._json(["scontrol", "show", "nodes", "--json"])
         else:
             data = self._json(["sinfo", "--json"])
@@ -170,13 +180,16 @@ class CliBackend:
         return parsing.with_jobs(found, names, self._all_jobs() if with_jobs else [])
 
     def _node_states(self, names: list[str]) -> list[NodeInfo]:
-        """The quick read: ``scontrol show node -o HOSTLIST`` text, filtered by slurmctld.
-
-        22.05's JSON printer costs ~25 ms per 256 nodes; this costs ~3 ms. Unknown names
-        make scontrol exit 1 ("Node gpu99 not found") after printing the others.
+        """The quick read: only the named nodes, filtered by slurmctld. 23.02+: ``scontrol
+        show node HOSTLIST --json`` (unknown names are left out). 22.05: ``scontrol show node
+        -o HOSTLIST`` text (its sinfo JSON printer costs ~25 ms per 256 nodes, this ~3 ms);
+        unknown names make it exit 1 ("Node gpu99 not found") after printing the others.
         """
         if not names:
             return []
+        if self.json_clients():
+            data = self._json(["scontrol", "show", "node", compress(names), "--json"])
+            return parsing.with_jobs(parsing.parse_nodes(data), names, [])
         argv = ["scontrol", "show", "node", "-o", compress(names)]
         done = self.run(argv, check=False)
         if done.returncode != 0:
@@ -200,6 +213,9 @@ class CliBackend:
         ]
 
     def reservations(self) -> list[Reservation]:
+        if self.json_clients():  # the data_parser JSON slurmrestd answers too
+            data = self._json(["scontrol", "show", "reservation", "--json"])
+            return restparse.parse_reservations(data)
         done = self.run(["scontrol", "show", "reservation", "-o"])
         return parsing.parse_reservations(done.stdout)
 
@@ -249,13 +265,21 @@ class CliBackend:
             raise unreachable(line, done.stderr)
         return done.returncode, done.stdout, done.stderr
 
-
     def accounts(self) -> list[str]:
+        if self.json_clients():
+            return restparse.parse_accounts(self._json(["sacctmgr", "show", "account",
+                                                        "--json"]))
         done = self.run(["sacctmgr", "--noheader", "--parsable2", "list", "account",
                          "format=account"])
         return [line.strip() for line in done.stdout.splitlines() if line.strip()]
 
     def dbd_queue(self) -> int:
+        if self.json_clients():
+            size = restparse.dbd_agent_queue(self._json(["sdiag", "--json"]))
+            if size is None:
+                raise SlurmError("sdiag --json printed no dbd_agent_queue_size",
+                                 ["sdiag", "--json"])
+            return size
         done = self.run(["sdiag"])
         match = re.search(r"DBD Agent queue size:\s*(\d+)", done.stdout)
         if match is None:

@@ -8,8 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from adapters.host import HostCommand
 
-# The slurmrestd API versions the rest backend speaks (v0.0.38 is Slurm 22.05's).
-REST_API_VERSION = r"^v0\.0\.(3[89]|4[0-4])$"
+# The slurmrestd API versions the rest backend speaks (v0.0.38 is Slurm 22.05's, v0.0.45
+# 26.05's).
+REST_API_VERSION = r"^v0\.0\.(3[89]|4[0-5])$"
 
 
 class UpgradeConfig(BaseModel):

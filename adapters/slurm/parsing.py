@@ -1,5 +1,5 @@
-"""Parsers for what Slurm's clients print (22.05 and 24.11): JSON from sinfo, squeue, sacct
-and scontrol, and the one-line ``Key=Value`` text of ``scontrol show ... -o``.
+"""Parsers for what Slurm's clients print (22.05 to 26.05): JSON from sinfo, squeue, sacct
+and scontrol, and the one-line ``Key=Value`` text of ``scontrol show ... -o`` (22.05).
 
 Pure functions of the text: nothing here runs a program.
 """
@@ -140,8 +140,8 @@ def parse_nodes(data: Mapping[str, Any]) -> list[NodeInfo]:
     22.05 (openapi/v0.0.38) writes ``state`` as a lower-case string with flags in
     ``state_flags``, and plain numbers. 23.02+ (data_parser v0.0.40+) writes ``state`` as a
     list (``["IDLE", "DRAIN"]``) and many numbers as ``{"set", "infinite", "number"}``
-    objects; its ``sinfo --json`` groups nodes (``parse_sinfo_record``). The 24.11 shapes
-    come from the documented format and hand-made fixtures, not from a real 24.11 cluster.
+    objects; its ``sinfo --json`` groups nodes (``parse_sinfo_record``). Checked against
+    what the lab's 24.11.5 and 26.05.5 clients print (tests/adapters/test_slurm_releases.py).
     """
     nodes: dict[str, NodeInfo] = {}
     for record in data.get("nodes") or []:

@@ -1,6 +1,6 @@
 """The ``rest`` Slurm backend: slurmrestd over HTTP with a JWT; no munge, no Slurm programs.
 
-It speaks the newest API version the server offers (v0.0.38, Slurm 22.05, up to v0.0.44)
+It speaks the newest API version the server offers (v0.0.38, Slurm 22.05, up to v0.0.45)
 and refuses, naming what is needed, what that version lacks (``unsupported``).
 """
 
@@ -41,7 +41,7 @@ NEEDS = {
     "delete_reservation": Need("reservation delete", "DELETE",
                                "/slurm/{v}/reservation/{reservation_name}", "v0.0.43"),
     "dbd_queue": Need("diagnostics (sdiag)", "GET", "/slurm/{v}/diag", "v0.0.38"),
-    "requeue": Need("job requeue"),
+    "requeue": Need("job requeue", "GET", "/slurm/{v}/job/{job_id}/requeue", "v0.0.45"),
     "reboot": Need("node reboot"),
     "run_on_node": Need("srun (run_on_node needs munge and the Slurm client programs)"),
 }
@@ -150,8 +150,15 @@ class RestBackend:
                                 body={"features": joined, "features_act": joined})
 
     def requeue(self, job_ids: list[int]) -> None:
-        if job_ids:
-            self._require("requeue")
+        if not job_ids:
+            return
+        self._require("requeue")
+        failed = []
+        for job in job_ids:  # v0.0.45 requeues with a GET, one job each (as scontrol)
+            answer = self.client.get(f"/slurm/{{v}}/job/{int(job)}/requeue")
+            failed += restparse.requeue_failures(answer)
+        if failed:
+            raise SlurmError(f"slurmrestd did not requeue {'; '.join(failed)}")
 
     def create_reservation(self, name: str, nodes: list[str], start: str,
                            duration_seconds: float, flags: list[str], users: list[str]) -> None:

@@ -18,14 +18,18 @@ from adapters.slurm.config import RestConfig
 from adapters.slurm.restauth import TokenSource
 
 # Newest first; the Slurm release that introduced each.
-RELEASES = {"v0.0.44": "25.11", "v0.0.43": "25.05", "v0.0.42": "24.11", "v0.0.41": "24.05",
-            "v0.0.40": "23.11", "v0.0.39": "23.02", "v0.0.38": "22.05"}
+RELEASES = {"v0.0.45": "26.05", "v0.0.44": "25.11", "v0.0.43": "25.05", "v0.0.42": "24.11",
+            "v0.0.41": "24.05", "v0.0.40": "23.11", "v0.0.39": "23.02", "v0.0.38": "22.05"}
 VERSIONS = list(RELEASES)
 _PING = re.compile(r"^/slurm/(v0\.0\.\d+)/ping/?$")
 # Slurm's words and error numbers for "slurmctld does not answer"
 CONTROLLER_DOWN = ("Unable to contact slurm controller", "Slurm backup controller in standby",
                    "Communication connection failure")
-CONTROLLER_ERRNOS = {1007, 1008, 1011}  # SLURM_PROTOCOL_... connect/socket failures
+# SLURM_COMMUNICATIONS_CONNECTION_ERROR and SLURMCTLD_COMMUNICATIONS_*: no controller
+CONTROLLER_ERRNOS = {1001, 1800, 1801, 1802, 1803, 1804}
+# SLURM_PROTOCOL_AUTHENTICATION_ERROR: 24.11+ slurmrestd passes a token on to slurmctld,
+# which refuses one it cannot verify
+AUTHENTICATION_ERRNO = 1007
 NOTHING_FOUND_ERRNO = 9003  # slurmdbd: "Nothing found with query" (an empty answer)
 
 
@@ -202,6 +206,11 @@ class RestClient:
         where = f"slurmrestd {method} {path}"
         numbers = {e.get("error_number") for e in data.get("errors") or []
                    if isinstance(e, Mapping)}
+        if AUTHENTICATION_ERRNO in numbers:
+            return SlurmError(
+                f"{where} failed ({status}{detail}): Slurm refuses the token of user "
+                f"{self.tokens.user} (signed with a key other than slurmctld's jwt_key, or a "
+                "user Slurm does not know)")
         if numbers & CONTROLLER_ERRNOS or any(w in detail for w in CONTROLLER_DOWN):
             return SlurmctldUnreachable(
                 f"slurmctld is not answering ({where}: {detail}): check that slurmctld runs "

@@ -1,8 +1,9 @@
-"""slurmrestd's JSON (v0.0.38 to v0.0.44) as the adapter's records; pure functions.
+"""slurmrestd's JSON (v0.0.38 to v0.0.45) as the adapter's records; pure functions.
 
 Nodes, jobs and accounting are the shapes ``adapters.slurm.parsing`` already reads (sinfo,
-squeue and sacct --json print the same data_parser JSON); reservations, accounts and the
-diag statistics are read here.
+squeue and sacct --json print the same data_parser JSON); reservations, accounts, the diag
+statistics and requeue results are read here (also from 23.02+ scontrol, sacctmgr and
+sdiag --json, which print the same).
 """
 
 from __future__ import annotations
@@ -63,6 +64,15 @@ def parse_reservations(data: Mapping[str, Any]) -> list[Reservation]:
 def parse_accounts(data: Mapping[str, Any]) -> list[str]:
     return [str(a["name"]) for a in data.get("accounts") or []
             if isinstance(a, Mapping) and a.get("name")]
+
+
+def requeue_failures(data: Mapping[str, Any]) -> list[str]:
+    """The jobs a v0.0.45 requeue answer (``status``: one entry per job) says failed."""
+    status = data.get("status")
+    entries = status if isinstance(status, list) else []
+    return [f"{entry.get('job_id')}: {entry.get('error') or entry.get('why') or 'failed'}"
+            for entry in entries
+            if isinstance(entry, Mapping) and parsing.integer(entry.get("error_code"))]
 
 
 def dbd_agent_queue(data: Mapping[str, Any]) -> int | None:

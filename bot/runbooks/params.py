@@ -384,7 +384,8 @@ _CONVERTERS = {
 
 
 def params_text(params: dict[str, Any]) -> str:
-    return " ".join(f"{k}={value_text(v)}" for k, v in params.items()) or "none"
+    """``node=gpu07 reason="XID 79"``; a parameter not given (no default) is left out."""
+    return " ".join(f"{k}={value_text(v)}" for k, v in params.items() if v is not None) or "none"
 
 
 def value_text(value: Any) -> str:

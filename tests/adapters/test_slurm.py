@@ -1,11 +1,11 @@
-"""Contract tests of the Slurm adapter against the real lab cluster (Slurm 22.05 here).
+"""Contract tests of the Slurm adapter against the real lab cluster (the shared lab: 22.05;
+test_slurm_versions.py runs them on 24.11 and 26.05 labs of their own).
 
 Every test runs once per backend: ``cli``; ``rest`` (the lab's slurmrestd, with a token
 the backend mints from the lab's jwt key); ``pyslurm`` only where a pyslurm matching the
 cluster imports (it skips naming the mismatch otherwise). Each test names the operations
 it needs (``@needs``): on a backend that lacks one it checks the clear refusal instead.
-Each test leaves the lab as it found it.
-"""
+Each test leaves the lab as it found it."""
 
 from __future__ import annotations
 
@@ -89,9 +89,12 @@ def context(seconds: float = 120, lines: list[str] | None = None) -> ActionConte
 def lab_config(lab: Lab, slurm_conf: Path | None = None, backend: str = "cli",
                **rest: Any) -> SlurmConfig:
     bin_dir = lab["bin_dir"]
+    # a lab on a Debian root (24.11, 26.05) has its version's clients there; 22.05's are on PATH
+    clients = bin_dir if (lab.info.get("slurm") or {}).get("root") else None
     return SlurmConfig.model_validate({
         "backend": backend,
         "slurm_conf": str(slurm_conf or lab["slurm_conf"]),
+        "bin_dir": clients,
         "commands": {"health-check": {"argv": [f"{bin_dir}/dcgmi", "diag", "-r", "2"],
                                       "timeout": 60}},
         "rest": {"url": lab["slurmrestd"]["url"], "user": lab["jwt"]["user"], **rest},
@@ -130,20 +133,25 @@ def make(kind: str, lab: Lab, config: SlurmConfig, runner: RecordingRunner) -> S
         pytest.skip(f"pyslurm backend unavailable here: {exc}")
 
 
-@pytest.fixture(params=BACKENDS)
-def slurm(request: pytest.FixtureRequest, lab: Lab, tmp_path: Path) -> Iterator[Slurm]:
+def slurm_handle(kind: str, lab: Lab, tmp_path: Path) -> Iterator[Slurm]:
+    """The ``slurm`` fixture's body: a backend of ``kind`` on ``lab``, restored around."""
     # the lab's slurm.conf, copied: a test that stops slurmctld makes its clients impatient
     clients = slurm_clients(lab, tmp_path / "slurm-clients")
     config = lab_config(lab, clients.path)
     runner = RecordingRunner()
-    backend = make(request.param, lab, config, runner)
-    handle = Slurm(lab, request.param, backend, config, runner, clients,
+    backend = make(kind, lab, config, runner)
+    handle = Slurm(lab, kind, backend, config, runner, clients,
                    SlurmActions(backend, config).by_name())
     restore(lab)
     try:
         yield handle
     finally:
         restore(lab)
+
+
+@pytest.fixture(params=BACKENDS)
+def slurm(request: pytest.FixtureRequest, lab: Lab, tmp_path: Path) -> Iterator[Slurm]:
+    yield from slurm_handle(request.param, lab, tmp_path)
 
 
 # -- capability: what a test needs, and the refusal a backend without it must give ----------
@@ -501,6 +509,21 @@ def test_accounts_lists_the_lab_accounts(slurm: Slurm) -> None:
     assert sorted(found) == sorted(shown) and slurm.lab["account"] in found and "root" in found
 
 
+@needs("accounts")
+def test_accounts_with_slurmdbd_stopped_is_a_clear_error(slurm: Slurm) -> None:
+    # 24.11's clients no longer say "Problem talking to the database" (22.05 does)
+    stopped = slurm.lab.lab("service", "slurmdbd", "stop", timeout=60)
+    assert stopped.returncode == 0, stopped.stderr
+    try:
+        with pytest.raises(SlurmError, match="slurmdbd is not answering") as caught:
+            slurm.backend.accounts()
+        assert not isinstance(caught.value, SlurmctldUnreachable)
+    finally:
+        started = slurm.lab.lab("service", "slurmdbd", "start", timeout=120)
+        assert started.returncode == 0, started.stdout + started.stderr
+    assert slurm.lab["account"] in wait_for(slurm.backend.accounts, what="slurmdbd to answer")
+
+
 @needs("dbd_queue")
 def test_dbd_queue_is_what_sdiag_shows(slurm: Slurm) -> None:
     shown = re.search(r"DBD Agent queue size:\s*(\d+)", slurm.lab.run("sdiag").stdout)
@@ -514,14 +537,20 @@ def rest_backend(lab: Lab, **rest: Any) -> RestBackend:
     return RestBackend(lab_config(lab, backend="rest", **rest))
 
 
+# The newest API version each release's slurmrestd offers (22.05: v0.0.38 only; 24.11:
+# v0.0.40-42; 26.05: v0.0.42-45)
+NEWEST_API = {"22.05": "v0.0.38", "24.11": "v0.0.42", "26.05": "v0.0.45"}
+
+
 def test_rest_picks_the_version_the_server_offers(lab: Lab) -> None:
     key = lab["jwt"]["key_file"]
-    offered = lab["slurmrestd"]["api_version"]  # the lab's newest answering ping
-    assert rest_backend(lab, key_file=key).api_version == offered
-    assert rest_backend(lab, key_file=key, api_version=offered).api_version == offered
-    if offered != "v0.0.44":
-        with pytest.raises(SlurmError, match=r"offers no API version this bot speaks \(v0"):
-            rest_backend(lab, key_file=key, api_version="v0.0.44").nodes()
+    release = (lab.info.get("slurm") or {}).get("version", "22.05")
+    assert rest_backend(lab, key_file=key).api_version == NEWEST_API[release]
+    oldest = lab["slurmrestd"]["api_version"]  # the lab's oldest answering ping
+    assert rest_backend(lab, key_file=key, api_version=oldest).api_version == oldest
+    # v0.0.39 (23.02): none of the three offers it
+    with pytest.raises(SlurmError, match=r"offers no API version this bot speaks \(v0.0.39"):
+        rest_backend(lab, key_file=key, api_version="v0.0.39").nodes()
 
 
 def test_rest_with_the_labs_token_file_and_with_a_foreign_key(lab: Lab, tmp_path: Path) -> None:
@@ -531,7 +560,8 @@ def test_rest_with_the_labs_token_file_and_with_a_foreign_key(lab: Lab, tmp_path
         == ["gpu01"]
     foreign = tmp_path / "foreign.key"
     foreign.write_bytes(b"k" * 32)
-    # 22.05 passes a token through to slurmctld, which refuses it: HTTP 500, not 401
+    # slurmrestd passes a token through to slurmctld, which refuses it: HTTP 500, not 401
+    # (22.05: "Unspecified error"; 24.11+: "Protocol authentication error")
     with pytest.raises(SlurmError, match=r"refuse[sd] the token") as caught:
         rest_backend(lab, key_file=str(foreign)).nodes()
     assert not isinstance(caught.value, SlurmctldUnreachable)

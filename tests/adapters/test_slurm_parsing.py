@@ -586,14 +586,15 @@ def test_node_info_changes_nothing() -> None:
     assert not result.changed and result.details["nodes"][0]["gpus_total"] == 8
 
 
-def test_resume_accepts_invalid_state_answer_when_drain_cleared() -> None:
+@pytest.mark.parametrize("answer", ["specified", "transition"])  # 22.05/24.11, 26.05
+def test_resume_accepts_invalid_state_answer_when_drain_cleared(answer: str) -> None:
     """Slurm 22.05 clears DRAIN on never-registered nodes yet answers 'Invalid node state'."""
 
     class Quirky(FakeBackend):
         def update_nodes(self, names: list[str], state: str, reason: str | None = None) -> None:
             super().update_nodes(names, state, reason)
             raise SlurmError("scontrol update failed (exit 1)", ["scontrol", "update"],
-                             "slurm_update error: Invalid node state specified")
+                             f"slurm_update error: Invalid node state {answer}")
 
     backend = Quirky(["gpu01"])
     backend.state["gpu01"] = replace(backend.state["gpu01"], state="unknown",
@@ -616,8 +617,9 @@ def test_node_text_22_05() -> None:
 
 def test_cli_quick_read_tolerates_unknown_names() -> None:
     text = fixture("scontrol-node-22.05.txt")
-    runner = FakeRunner({"scontrol show node -o": (1, text, "Node gpu999 not found\n")})
+    runner = FakeRunner({"sinfo --version": (0, "slurm 22.05.8\n", ""),
+                         "scontrol show node -o": (1, text, "Node gpu999 not found\n")})
     nodes = CliBackend(SlurmConfig(), runner=runner).nodes(
         ["gpu010", "gpu999", "gpu001"], with_jobs=False)
     assert [n.name for n in nodes] == ["gpu010", "gpu001"]
-    assert runner.calls == [["scontrol", "show", "node", "-o", "gpu[001,010,999]"]]
+    assert runner.calls[1:] == [["scontrol", "show", "node", "-o", "gpu[001,010,999]"]]

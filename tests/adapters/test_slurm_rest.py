@@ -1,8 +1,8 @@
 """The rest backend against a fake slurmrestd at the HTTP level (a local http.server).
 
 v0.0.38 answers are captured from the lab's slurmrestd 22.05.8; v0.0.42 ones are the
-24.11 data_parser fixtures the CLI parser tests use (hand-made, not from a real 24.11);
-the v0.0.39+ writes (node update, reservation create/delete) are checked only here.
+hand-made 24.11 data_parser fixtures; the listings of 24.11 and 26.05 are their servers'
+own. The real writes run in test_slurm_versions.py; the error cases are checked here.
 """
 
 from __future__ import annotations
@@ -135,8 +135,8 @@ def test_without_a_listing_pings_go_from_newest_to_oldest(server: FakeSlurmrestd
     server.offer("v0.0.38", "v0.0.40", openapi=False)
     assert backend(server.url).api_version == "v0.0.40"
     assert [r["path"] for r in server.requests] == [
-        "/openapi/v3", "/slurm/v0.0.44/ping", "/slurm/v0.0.43/ping", "/slurm/v0.0.42/ping",
-        "/slurm/v0.0.41/ping", "/slurm/v0.0.40/ping"]
+        "/openapi/v3", "/slurm/v0.0.45/ping", "/slurm/v0.0.44/ping", "/slurm/v0.0.43/ping",
+        "/slurm/v0.0.42/ping", "/slurm/v0.0.41/ping", "/slurm/v0.0.40/ping"]
 
 
 def test_a_failing_listing_falls_back_to_pings(server: FakeSlurmrestd) -> None:
@@ -355,6 +355,61 @@ def test_v43_creates_and_deletes_reservations(server: FakeSlurmrestd) -> None:
         rest.delete_reservation("../nodes")
 
 
+def test_v45_requeues_one_get_per_job_and_reports_the_jobs_it_could_not(
+        server: FakeSlurmrestd) -> None:
+    server.offer("v0.0.44", "v0.0.45", extra=("GET /slurm/v0.0.45/job/{job_id}/requeue",))
+    done = {"status": [{"job_id": 7, "step_id": "batch", "error_code": 0, "error": "",
+                        "why": ""}]}
+    refused = {"status": [{"job_id": 8, "error_code": 2017,
+                           "error": "Requested operation is presently disabled"}]}
+    server.routes[("GET", "/slurm/v0.0.45/job/7/requeue")] = (200, ok(done))
+    server.routes[("GET", "/slurm/v0.0.45/job/8/requeue")] = (200, ok(refused))
+    rest = backend(server.url)
+    assert rest.api_version == "v0.0.45" and rest.unsupported("requeue") is None
+    rest.requeue([7])
+    with pytest.raises(SlurmError, match="did not requeue 8: Requested operation is presently"):
+        rest.requeue([7, 8])
+    assert [r["path"] for r in server.sent("GET")][-3:] == [
+        "/slurm/v0.0.45/job/7/requeue", "/slurm/v0.0.45/job/7/requeue",
+        "/slurm/v0.0.45/job/8/requeue"]
+
+
+def test_v44_has_no_requeue_naming_the_version_that_does(server: FakeSlurmrestd) -> None:
+    server.offer("v0.0.44")
+    assert backend(server.url).unsupported("requeue") == (
+        "slurmrestd v0.0.44 (Slurm 25.11) has no job requeue; it needs v0.0.45 (Slurm 26.05) "
+        "or later, or slurm.backend: cli")
+
+
+@pytest.mark.parametrize(("release", "version", "refused"), [
+    ("24.11", "v0.0.42", {"requeue", "create_reservation", "delete_reservation"}),
+    ("26.05", "v0.0.45", set()),
+])
+def test_the_writes_a_real_listing_offers(server: FakeSlurmrestd, release: str, version: str,
+                                          refused: set[str]) -> None:
+    # the method/path pairs of that release's own /openapi/v3 (24.11: v0.0.40-42; 26.05:
+    # v0.0.42-45); no release has a reboot or srun endpoint
+    listed = fixture(f"slurmrestd-{release}-openapi-paths.json")
+    server.routes[("GET", "/openapi/v3")] = (200, {"openapi": "3.0.3", "paths": listed})
+    rest = backend(server.url)
+    assert rest.api_version == version
+    found = {op for op in ("update_nodes", "update_features", "requeue", "create_reservation",
+                           "delete_reservation", "dbd_queue", "reboot", "run_on_node")
+             if rest.unsupported(op) is not None}
+    assert found == refused | {"reboot", "run_on_node"}
+
+
+def test_a_token_slurmctld_refuses_is_said_so(server: FakeSlurmrestd) -> None:
+    # 24.11+ passes the token on: slurmctld's SLURM_PROTOCOL_AUTHENTICATION_ERROR, HTTP 500
+    server.offer("v0.0.42")
+    server.routes[("GET", "/slurm/v0.0.42/nodes")] = (500, {"errors": [{
+        "description": "Failure to query nodes", "error_number": 1007,
+        "error": "Protocol authentication error", "source": "_dump_nodes"}]})
+    with pytest.raises(SlurmError, match="Slurm refuses the token of user root") as caught:
+        backend(server.url).nodes(with_jobs=False)
+    assert not isinstance(caught.value, SlurmctldUnreachable)
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 def test_connection_refused_names_the_url(server: FakeSlurmrestd) -> None:
@@ -392,7 +447,7 @@ def test_a_refused_token_is_retried_once_then_reported_without_the_token(
 def test_slurmctld_down_in_slurms_words_or_by_ping(server: FakeSlurmrestd) -> None:
     server.offer("v0.0.42")
     down = {"errors": [{"error": "Unable to contact slurm controller (connect failure)",
-                        "error_number": 1007}]}
+                        "error_number": 1800}]}
     server.routes[("GET", "/slurm/v0.0.42/nodes")] = (500, down)
     rest = backend(server.url)
     with pytest.raises(SlurmctldUnreachable, match="slurmctld is not answering"):

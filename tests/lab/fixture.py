@@ -12,7 +12,10 @@ import fcntl
 import json
 import os
 import shlex
+import shutil
 import subprocess
+import sys
+import tempfile
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -229,3 +232,26 @@ def pytest_runtest_makereport(
     if report.failed and isinstance(handle, Lab):
         report.sections.append(("lab daemon logs", lab_log_tails(handle)))
     return report
+
+
+@contextmanager
+def version_lab(version: str, prefix: str = "grb-v-") -> Iterator[Lab]:
+    """A lab of Slurm ``version`` (``lab up --slurm``) in a temporary folder of its own and
+    its own ports, beside the shared lab; ``lab down --purge`` at the end, whatever happened.
+    Skips (fails under CI) when no Slurm root is cached and debootstrap cannot build one."""
+    sys.path.insert(0, str(REPO / "deploy" / "lab"))
+    from labkit import roots
+
+    if not roots.usable(roots.cache_dir() / roots.SUITES[version], version) and \
+            not shutil.which("debootstrap"):
+        message = f"no Slurm {version} root cached and no debootstrap to build one: `make deps`"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    folder = tempfile.mkdtemp(prefix=prefix)  # short: unix socket paths stay < 108 bytes
+    env = dict(os.environ, RUNBOOK_LAB_DIR=folder)
+    env.pop("RUNBOOK_LAB_PORT_BASE", None)
+    try:
+        yield start_lab(env, "--slurm", version, "--no-install")
+    finally:
+        lab_command("down", "--purge", env=env)
