@@ -17,6 +17,7 @@ from typing import Any
 LAB = Path(__file__).resolve().parent.parent
 FAULTS = LAB / "faults"
 HOST = Path("/.host/usr/bin")  # see reboot()
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_DRIVER = "535.161.08"
 GPUS = 8
 ROW = "| {:<25} | {:<46} |"
@@ -172,7 +173,9 @@ def reboot(args: list[str]) -> int:
     """
     import subprocess
 
-    name = parent_node() or os.environ.get("SLURMD_NODENAME")
+    # 26.05 runs RebootProgram with SLURM_NODE_NAME set (and hardly anything else)
+    name = (parent_node() or os.environ.get("SLURM_NODE_NAME")
+            or os.environ.get("SLURMD_NODENAME"))
     if not name:
         print("lab-reboot: cannot tell which node to reboot", file=sys.stderr)
         return 1
@@ -180,11 +183,16 @@ def reboot(args: list[str]) -> int:
     log = open(LAB / "log" / f"reboot-{name}.log", "ab")  # noqa: SIM115 - the child keeps it
     # A slurmd chrooted into a Debian root (lab up --slurm 24.11) sees the host at /.host:
     # the lab command runs there, with the host's Python.
-    python = ["chroot", "/.host", "python3"] if HOST.is_dir() else [sys.executable]
+    # Full paths and a PATH of its own: 26.05's slurmd runs RebootProgram with no PATH.
+    python = (["/usr/sbin/chroot", "/.host", "/usr/bin/python3"] if HOST.is_dir()
+              else [sys.executable])
+    # and this lab's folder, said: without it the lab command would pick its default lab
+    env = {**os.environ, "PATH": os.environ.get("PATH") or SYSTEM_PATH,
+           "RUNBOOK_LAB_DIR": str(LAB)}
     subprocess.Popen(
         [*python, "-c", "import subprocess, sys, time; time.sleep(1); "
          "sys.exit(subprocess.call(sys.argv[1:]))", lab, "service", f"slurmd-{name}", "reboot"],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env,
     )
     return 0
 

@@ -30,6 +30,7 @@ from . import (
     rsyslog,
     slack,
     slackclient,
+    slurmswitch,
 )
 from .layout import (
     ACCOUNT,
@@ -259,6 +260,7 @@ def finish_info(layout: Layout, info: Info) -> Info:
                    "key_file": str(layout.jwt_key)}
     version = d.run(["sinfo", "--version"], env=d.slurm_env(layout)).stdout.split()
     info["slurm_version"] = version[-1] if version else "unknown"
+    info["slurm_daemons"] = slurmswitch.versions(layout, info)  # differ after slurm-install
     info["kubeapi"] = kube.info(layout, ports_of(info), *kube.of(info))
     info["etcd"] = etcd.info(layout, ports_of(info))
     info["monitoring"] = monitoring.info(layout, ports_of(info), watched(info))
@@ -373,14 +375,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 1
     all_up = True
     print(f"lab at {layout.root}")
-    root = roots.current(layout)
+    root = roots.root_of(layout, "slurmctld")
+    versions = slurmswitch.versions(layout, info)
+    mixed = len(set(versions.values())) > 1
     print(f"  slurm {info.get('slurm_version', slurm_of(info))} "
-          + (f"from the Debian root {root}" if root else "(the host's packages)"))
+          + (f"from the Debian root {root}" if root else "(the host's packages)")
+          + (" (clients follow slurmctld; daemons differ: see below)" if mixed else ""))
     for name, entry in daemon_table(layout, info).items():
         pid, port = entry["pid"], entry["port"]
         all_up &= pid is not None
         state = f"running  pid {pid:<7}" if pid else "stopped           "
-        print(f"  {name:<16} {state} port {port if port else '-'}")
+        shown = f"  slurm {versions[name]}" if mixed and name in versions else ""
+        print(f"  {name:<16} {state} port {port if port else '-'}{shown}")
     if "etcd" in info:
         print(f"  etcd data dir: {etcd.data_dir(layout)}")
     if "monitoring" in info:
@@ -555,9 +561,10 @@ SLURM_INSTALL_TARGETS = ("slurmdbd", "slurmctld")
 
 
 def cmd_slurm_install(args: argparse.Namespace) -> int:
-    """The lab's stand-in for a site's Slurm package install (upgrade-slurm): the lab has one
-    Slurm, so VERSION must be it; DAEMON (NODE's slurmd) is restarted. `lab fault slurmdbd|
-    slurmctld|NODE install=fail` makes it fail first, changing nothing."""
+    """The lab's stand-in for a site's Slurm package install (upgrade-slurm): DAEMON (NODE's
+    slurmd) switched to VERSION, any release the lab runs (labkit/slurmswitch.py), and
+    restarted; the same VERSION just restarts it. `lab fault slurmdbd|slurmctld|NODE
+    install=fail` makes it fail first, changing nothing."""
     layout = Layout(lab_dir())
     info = layout.read_info()
     if args.daemon == "slurmd" and args.node not in info.get("slurmd_nodes", []):
@@ -566,24 +573,37 @@ def cmd_slurm_install(args: argparse.Namespace) -> int:
     if faults.read(layout, target).get("install") == "fail":
         raise LabError(f"installing Slurm {args.version} for {target} failed (lab fault "
                        "install=fail)")
-    have = [roots.daemon_version(layout)]
-    if have != [args.version]:
-        raise LabError(f"the lab has Slurm {' '.join(have) or '?'} only, not {args.version}")
     name = f"slurmd-{args.node}" if args.daemon == "slurmd" else args.daemon
-    everything = registry(layout, info)
     with locked(layout):
-        procs.stop(layout, [name])
-        d.start(layout, {x.name: x for x in everything}[name])
+        slurmswitch.no_downgrade(layout, info, name, args.version)
+        root = slurmswitch.locate(layout, args.version)
+        have = slurmswitch.check(layout, info, name, args.version, root)
+
+        def make(daemon: str) -> d.Daemon:
+            return {x.name: x for x in registry(layout, info)}[daemon]
+
+        began = time.monotonic()
+        slurmswitch.restart(layout, name, root, make)
+        if args.daemon == "slurmd":
+            slurmswitch.wait_slurmd(layout, make(name), args.node, args.version)
+        if args.daemon == "slurmctld":  # the running slurmds registered again
+            for x in registry(layout, info):
+                if x.name.startswith("slurmd-") and procs.running_pid(layout, x.name):
+                    d.wait_for(x.ready, x.name, x.logs)
+            slurmswitch.rest_after(layout, info, make)
+        slurmswitch.record(layout, info)
         info["daemons"] = daemon_table(layout, info)
         layout.write_info(info)
-    print(f"{name}: Slurm {args.version} installed (the lab's own) and restarted")
+    change = f"Slurm {have} -> {args.version}" if have != args.version else \
+        f"Slurm {args.version} (already)"
+    print(f"{name}: {change}, restarted and ready in {time.monotonic() - began:.1f}s")
     return 0
 
 
 def cmd_slurm_root(args: argparse.Namespace) -> int:
     packages.ensure_packages(allow_install=True, extra=roots.HOST_TOOLS, only_extra=True)
     root = roots.ensure(args.version, rebuild=args.rebuild)
-    print(f"{root} (Slurm {roots.stamp(root).get('installed', {}).get('slurmctld')})")
+    print(f"{root} (Slurm {roots.release(root)})")
     return 0
 
 
@@ -767,8 +787,9 @@ def slack_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def slurm_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    si = sub.add_parser("slurm-install", help="upgrade-slurm's install command: check VERSION "
-                        "is the lab's Slurm and restart DAEMON (NODE's slurmd)")
+    si = sub.add_parser("slurm-install", help="upgrade-slurm's install command: switch DAEMON "
+                        "(NODE's slurmd) to Slurm VERSION (a release the lab runs: 22.05 from "
+                        "the host, 24.11 and 26.05 from Debian roots), restart it and wait")
     si.add_argument("daemon", choices=["slurmdbd", "slurmctld", "slurmd"])
     si.add_argument("version")
     si.add_argument("node", nargs="?", default="")

@@ -180,8 +180,8 @@ def slurmdbd(layout: Layout, ports: Ports) -> Daemon:
         return run(["sacctmgr", "-n", "-P", "list", "cluster"], env=env).returncode == 0
 
     return Daemon(
-        name="slurmdbd", argv=roots.daemon_argv(layout, ["slurmdbd", "-D"]), env=env,
-        port=ports.service("slurmdbd"),
+        name="slurmdbd", argv=roots.daemon_argv(layout, ["slurmdbd", "-D"], "slurmdbd"),
+        env=env, port=ports.service("slurmdbd"),
         logs=[layout.log / "slurmdbd.log", layout.log / "slurmdbd.out"], ready=ready,
     )
 
@@ -257,8 +257,8 @@ def slurmctld(layout: Layout, ports: Ports) -> Daemon:
         return "UP" in run(["scontrol", "ping"], env=env).stdout
 
     return Daemon(
-        name="slurmctld", argv=roots.daemon_argv(layout, ["slurmctld", "-D"]), env=env,
-        port=ports.service("slurmctld"),
+        name="slurmctld", argv=roots.daemon_argv(layout, ["slurmctld", "-D"], "slurmctld"),
+        env=env, port=ports.service("slurmctld"),
         logs=[layout.log / "slurmctld.log", layout.log / "slurmctld.out"], ready=ready,
     )
 
@@ -276,7 +276,8 @@ def slurmd(layout: Layout, ports: Ports, node: str, index: int) -> Daemon:
         return responding(node_states(layout).get(node))
 
     return Daemon(
-        name=f"slurmd-{node}", argv=roots.daemon_argv(layout, ["slurmd", "-D", "-N", node]),
+        name=f"slurmd-{node}", argv=roots.daemon_argv(layout, ["slurmd", "-D", "-N", node],
+                                                    f"slurmd-{node}"),
         env=env,
         port=ports.slurmd(index),
         logs=[layout.log / f"slurmd-{node}.log", layout.log / f"slurmd-{node}.out"],
@@ -301,7 +302,7 @@ def slurmrestd(layout: Layout, ports: Ports) -> Daemon:
 
     return Daemon(
         name="slurmrestd",
-        argv=roots.daemon_argv(layout, argv),
+        argv=roots.daemon_argv(layout, argv, "slurmrestd"),
         env=env, port=port,
         logs=[layout.log / "slurmrestd.out"], ready=ready,
     )

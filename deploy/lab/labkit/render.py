@@ -117,6 +117,7 @@ def bot_yaml(layout: Layout, nodes: list[str], ports: Ports, restd_url: str) -> 
         mariadb_port=str(ports.service("mariadb")),
         slurmrestd_url=restd_url,
         bin_dir=str(layout.bin),
+        slurm_bin_dir=str(layout.bin) if roots.current(layout) else "null",
         lab_command=str(TEMPLATE.parent / "lab"),
         kubeconfig=str(layout.root / "kubeconfig"),
         etcd_endpoint=etcd.client_url(ports),

@@ -6,6 +6,7 @@ clients through the root's loader. 22.05 is the host's own packages and uses non
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -32,6 +33,10 @@ PACKAGES = ["slurmctld", "slurmd", "slurmdbd", "slurmrestd", "slurm-client", "mu
 RECIPE = 1  # bump when the build steps change: every root is rebuilt
 STAMP = ".grb-slurm-root.json"
 ROOT_FILE = "slurm-root"  # $LAB/etc/slurm-root: the root this lab's Slurm runs from
+# $LAB/etc/slurm-daemons.json: daemon -> root, for daemons `lab slurm-install` switched
+DAEMONS_FILE = "slurm-daemons.json"
+# $LAB/etc/slurm-plugins -> <slurmctld's root>/PLUGINS: slurm.conf's PluginDir (see plugin_dir)
+PLUGIN_LINK = "slurm-plugins"
 PLUGINS = "usr/lib/x86_64-linux-gnu/slurm-wlm"
 LIBRARY_PATH = [PLUGINS, "usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu"]
 CLIENTS = ["scontrol", "sinfo", "squeue", "sbatch", "srun", "salloc", "scancel", "sacct",
@@ -76,6 +81,41 @@ def current(layout: Layout) -> Path | None:
     except OSError:
         return None
     return Path(text) if text else None
+
+
+def daemon_roots(layout: Layout) -> dict[str, str]:
+    """The daemons `lab slurm-install` moved to a root: name -> root path."""
+    try:
+        data = json.loads((layout.etc / DAEMONS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def root_of(layout: Layout, name: str) -> Path | None:
+    """The root daemon `name` (slurmdbd, slurmctld, slurmd-gpuNN, slurmrestd) runs from."""
+    chosen = daemon_roots(layout).get(name)
+    return Path(chosen) if chosen else current(layout)
+
+
+def set_root(layout: Layout, name: str, root: Path) -> None:
+    data = daemon_roots(layout) | {name: str(root)}
+    tmp = layout.etc / f".{DAEMONS_FILE}.{os.getpid()}"
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.replace(layout.etc / DAEMONS_FILE)
+
+
+def release(root: Path | None) -> str:
+    """The Slurm version a root runs (its stamp: 26.05.5-1 -> 26.05.5); None: the host's."""
+    if root is not None:
+        packages = stamp(root).get("installed")
+        found = str(packages.get("slurmctld", "")) if isinstance(packages, dict) else ""
+        if found:
+            return found.split(":")[-1].split("-")[0]
+    argv = ["slurmctld", "-V"] if root is None else ["chroot", str(root), "slurmctld", "-V"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False,
+                         stdin=subprocess.DEVNULL).stdout.split()
+    return out[-1] if out else ""
 
 
 def mirror() -> str:
@@ -210,11 +250,12 @@ def loader_argv(root: Path, binary: str) -> list[str]:
             "--argv0", Path(binary).name, str(inside(root, binary))]
 
 
-def daemon_argv(layout: Layout, argv: list[str]) -> list[str]:
-    """A Slurm daemon's argv: unchanged for the host's Slurm, else chrooted into the root."""
-    root = current(layout)
+def daemon_argv(layout: Layout, argv: list[str], name: str) -> list[str]:
+    """A Slurm daemon's argv: unchanged for the host's Slurm, else chrooted into its root."""
+    root = root_of(layout, name)
     if root is None:
         return argv
+    link_roots(root)
     binds = [layout.root, REPO_DIR, Path("/root"), Path("/home")]
     if any(" " in str(path) for path in binds):
         raise LabError(f"paths with spaces cannot be bound into the Slurm root: {binds}")
@@ -223,19 +264,38 @@ def daemon_argv(layout: Layout, argv: list[str]) -> list[str]:
 
 
 def plugin_dir(layout: Layout) -> str | None:
-    """slurm.conf's PluginDir: the root's plugins, by a path that holds on the host (clients)
-    and inside the chroot (daemons: see `link_itself`)."""
-    root = current(layout)
-    return None if root is None else str(root / PLUGINS)
+    """slurm.conf's PluginDir: $LAB/etc/slurm-plugins, a link to slurmctld's root's plugins.
+    On the host (the clients) that is slurmctld's release; inside any root's chroot the
+    link's target leads to that root's own plugins (`link_roots`), so one slurm.conf serves
+    daemons of several releases."""
+    if current(layout) is None:
+        return None
+    link_plugins(layout, root_of(layout, "slurmctld"))
+    return str(layout.etc / PLUGIN_LINK)
 
 
-def link_itself(root: Path) -> None:
-    """ROOT/<ROOT's path> -> /: inside the chroot, the root's own host path leads to its /
-    (Slurm refuses a PluginDir that does not exist)."""
-    link = root / str(root).lstrip("/")
-    if not link.is_symlink():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to("/")
+def link_plugins(layout: Layout, root: Path | None) -> None:
+    if root is None:
+        return
+    link, target = layout.etc / PLUGIN_LINK, root / PLUGINS
+    if link.is_symlink() and Path(os.readlink(link)) == target:
+        return
+    tmp = layout.etc / f".{PLUGIN_LINK}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    tmp.replace(link)
+
+
+def link_roots(root: Path) -> None:
+    """ROOT/<path of each root of the cache> -> /: inside the chroot, its own host path and
+    its siblings' lead to its / (Slurm refuses a PluginDir that does not exist; a daemon of
+    one release reads the other's PluginDir path as its own plugins)."""
+    for name in {root.name, *SUITES.values()}:
+        link = root / str(root.parent / name).lstrip("/")
+        if not link.is_symlink():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):  # another lab linked it meanwhile
+                link.symlink_to("/")
 
 
 def select(layout: Layout, version: str) -> Path | None:
@@ -243,8 +303,9 @@ def select(layout: Layout, version: str) -> Path | None:
     root = ensure(version) if suite(version) else None
     layout.etc.mkdir(parents=True, exist_ok=True)
     forget_other_release(layout, version)
+    (layout.etc / DAEMONS_FILE).unlink(missing_ok=True)  # every daemon on the one root again
     if root:
-        link_itself(root)
+        link_roots(root)
         # slurmrestd reads slurm.conf as `slurm` (keys stay 0600): the folders let it pass
         layout.root.chmod(layout.root.stat().st_mode & 0o7777 | 0o111)
         layout.etc.chmod(0o711)
@@ -292,13 +353,3 @@ export SLURM_CONF
 exec {argv} "$@"
 """)
         path.chmod(0o755)
-
-
-def daemon_version(layout: Layout, daemon: str = "slurmd") -> str:
-    """`slurmd -V`'s version of the lab's Slurm (the host's or the root's)."""
-    root = current(layout)
-    # chroot: the root's daemons are absolute symlinks (update-alternatives)
-    argv = [daemon, "-V"] if root is None else ["chroot", str(root), daemon, "-V"]
-    out = subprocess.run(argv, capture_output=True, text=True, check=False,
-                         stdin=subprocess.DEVNULL).stdout.split()
-    return out[-1] if out else ""
