@@ -41,13 +41,34 @@ def nodes_of(value: str | list[str]) -> list[str]:
     return hostlist.expand(value) if isinstance(value, str) else list(dict.fromkeys(value))
 
 
-def stage_error(stage: str, detail: str) -> ActionError:
-    """A failed stage, what the stages before it did and what did not start."""
+def stage_error(stage: str, detail: str, back: GoBack | None = None) -> ActionError:
+    """A failed stage, what the stages before it did and what did not start, and how to go
+    back to the old release from what the run saved (``back``)."""
     at = STAGES.index(stage)
     done = ", ".join(STAGES[1:at]) or "nothing"
     return ActionError(f"{stage} failed: {detail}. Done before it: {done}; not started: "
                        f"{', '.join(STAGES[at + 1:]) or 'nothing'}. Nothing is rolled back "
-                       "(Slurm does not downgrade): fix the cause and run upgrade-slurm again")
+                       "(Slurm does not downgrade): fix the cause and run upgrade-slurm again"
+                       + (back.text(at) if back is not None else ""))
+
+
+class GoBack(Args):
+    """Where the run saved what going back needs: the accounting database's dump and the
+    copy of slurmctld's StateSaveLocation (upgrade-slurm's backup= and state_copy=)."""
+
+    backup: str = Field(default="", pattern=r"^$|^/[A-Za-z0-9._/-]+$", max_length=300)
+    state_copy: str = Field(default="", pattern=r"^$|^/[A-Za-z0-9._/-]+$", max_length=300)
+
+    def text(self, at: int) -> str:
+        if not self.backup or at < STAGES.index("slurmdbd"):
+            return ""
+        said = (f". To go back instead: reinstall the old release's slurmdbd and restore the "
+                f"accounting database from {self.backup} (runbook run restore-slurmdbd "
+                f"backup={self.backup})")
+        if self.state_copy and at > STAGES.index("the state save copy"):
+            said += (f", then the old slurmctld with its StateSaveLocation from "
+                     f"{self.state_copy} (and the old slurmd where a node was upgraded)")
+        return said
 
 
 class _UpgradeBase(ActionBase[SlurmBackend, SlurmConfig]):
@@ -157,7 +178,7 @@ class UpgradeCheckAction(_UpgradeBase):
             changed=False)
 
 
-class DaemonArguments(Args):
+class DaemonArguments(GoBack):
     daemon: Literal["slurmdbd", "slurmctld"]
     version: str = Field(pattern=VERSION)
     timeout: Seconds = 600.0  # until the daemon is ready after its install
@@ -192,7 +213,7 @@ class DaemonUpgradeAction(_UpgradeBase):
         try:
             before = {d.name for d in self.reads.node_daemons(None) if d.responding}
         except ActionError as exc:
-            raise stage_error(stage, f"could not read the nodes first: {exc}") from exc
+            raise stage_error(stage, f"could not read the nodes first: {exc}", args) from exc
         ctx.checkpoint(f"starting the {stage} install")
         ctx.progress(f"{stage}: installing {args.version}")
         try:
@@ -203,7 +224,7 @@ class DaemonUpgradeAction(_UpgradeBase):
         except ActionError as exc:
             if ctx.stopping():
                 raise
-            raise stage_error(stage, str(exc)) from exc
+            raise stage_error(stage, str(exc), args) from exc
         return ActionResult(summary=f"{stage} runs {args.version}" + (
             f"; {len(before)} node(s) registered again" if stage == "slurmctld" else ""),
             details={"daemon": stage, "version": args.version, "install_output": said[-2000:],
@@ -278,7 +299,7 @@ class StateSaveCopyAction(_UpgradeBase):
                                      "files": len(files), "bytes": size})
 
 
-class SlurmdArguments(Args):
+class SlurmdArguments(GoBack):
     version: str = Field(pattern=VERSION)
     nodes: str | list[str]
     canary: str = ""
@@ -336,7 +357,7 @@ class SlurmdUpgradeAction(_UpgradeBase):
                 if ctx.stopping():
                     exc.args = (where,)
                     raise
-                raise stage_error("slurmd", where) from exc
+                raise stage_error("slurmd", where, args) from exc
             done += group
             ctx.progress(f"slurmd {args.version} on {hostlist.compress(group)} ({len(done)} "
                          f"of {len(nodes)})")

@@ -277,6 +277,24 @@ def test_a_failed_install_stops_and_says_what_was_done() -> None:
         "and run upgrade-slurm again")
 
 
+@pytest.mark.parametrize("daemon, back", [
+    ("slurmdbd", ". To go back instead: reinstall the old release's slurmdbd and restore the "
+                 "accounting database from /b/acct.sql (runbook run restore-slurmdbd "
+                 "backup=/b/acct.sql)"),
+    ("slurmctld", ". To go back instead: reinstall the old release's slurmdbd and restore the "
+                  "accounting database from /b/acct.sql (runbook run restore-slurmdbd "
+                  "backup=/b/acct.sql), then the old slurmctld with its StateSaveLocation "
+                  "from /b/state (and the old slurmd where a node was upgraded)")])
+def test_a_failed_stage_says_how_to_go_back_from_what_the_run_saved(daemon: str,
+                                                                    back: str) -> None:
+    slurm, daemons = cluster(fail={daemon})
+    with pytest.raises(ActionError) as caught:
+        action(DaemonUpgradeAction, slurm, daemons).run(DaemonArguments(
+            daemon=daemon, version="22.05.8", backup="/b/acct.sql", state_copy="/b/state"),
+            context())
+    assert str(caught.value).endswith("fix the cause and run upgrade-slurm again" + back)
+
+
 def test_a_daemon_that_never_comes_back_times_out() -> None:
     slurm, daemons = cluster(away_polls=10**9)
     with pytest.raises(ActionError, match=r"^slurmctld failed: timed out waiting for slurmctld "
