@@ -117,6 +117,7 @@ def own_lab(prefix: str, *up_args: str,
     from tests.lab.fixture import client_env  # the repository root is on sys.path by now
 
     folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o711)  # a 24.11/26.05 lab's slurmrestd runs as `slurm`: it must get through
     env = dict(os.environ, RUNBOOK_LAB_DIR=str(folder / "lab"))
     env.pop("SLURM_JWT", None)  # a developer's token is not the lab's
     try:

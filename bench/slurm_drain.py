@@ -26,9 +26,10 @@ drained after each resume (one ``sinfo`` each). The lab is stopped and its folde
 the end, also on failure or SIGTERM.
 
 Run: .venv/bin/python bench/slurm_drain.py [--nodes 256] [--rounds 3] [--keep]
-     [--param key=value ...]
+     [--param key=value ...] [--slurm 22.05|24.11|26.05]
 
-Prints readable lines and, last, one JSON line (also in bench/results/slurm_drain.json).
+Prints readable lines and, last, one JSON line (also in bench/results/slurm_drain.json, or
+slurm_drain_24_11.json and so on for a newer Slurm).
 It never asserts a time.
 """
 
@@ -187,16 +188,20 @@ def main() -> int:
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="another drain-nodes parameter (repeatable)")
     parser.add_argument("--keep", action="store_true", help="leave the lab running")
+    parser.add_argument("--slurm", choices=["22.05", "24.11", "26.05"], default="22.05",
+                        help="the lab's Slurm (lab up --slurm); results per version")
     args = parser.parse_args()
     cleanup_on_signals()
-    result: dict[str, Any] = {"bench": "slurm_drain", "nodes": args.nodes, "goal": GOAL}
+    name = "slurm_drain" if args.slurm == "22.05" else f"slurm_drain_{args.slurm.replace('.', '_')}"
+    result: dict[str, Any] = {"bench": "slurm_drain", "nodes": args.nodes, "goal": GOAL,
+                              "slurm": args.slurm}
     try:
         print(f"starting a lab with {args.nodes} nodes in a temporary folder ...", flush=True)
         began = time.perf_counter()
         # one node more, outside the set: drain-nodes' capacity guard keeps 8 GPUs free
         total = str(args.nodes + 1)
         with own_lab("grb-bench-drain-", "--nodes", total, "--slurmd", total,
-                     keep=args.keep) as (_, env, info):
+                     "--slurm", args.slurm, keep=args.keep) as (_, env, info):
             spare, names = info["nodes"][0], info["nodes"][1:]
             until_in_service(env, compress(names), len(names))
             print(f"lab up in {time.perf_counter() - began:.0f} s: set {compress(names)} (and "
@@ -207,7 +212,7 @@ def main() -> int:
         failed(result, exc)
         raise
     finally:
-        finish("slurm_drain", result)
+        finish(name, result)
     return 0
 
 
