@@ -24,10 +24,13 @@ from adapters.actions import (
     StrictArguments,
 )
 from adapters.host import HostCommand, allowed_argv
+from adapters.prometheus.backend import PrometheusBackend
+from adapters.prometheus.gate import GateFailed, GpuGate
 from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _check_text, _SlurmAction
-from adapters.slurm.backend import REBOOT_FLAGS, NodeInfo
-from adapters.slurm.health import verdict
+from adapters.slurm.backend import REBOOT_FLAGS, NodeInfo, SlurmBackend
+from adapters.slurm.config import SlurmConfig
+from adapters.slurm.health import DEFAULT_SETTLE, verdict
 from kit.durations import format_duration
 
 
@@ -44,6 +47,11 @@ class GpuResetArguments(StrictArguments):
     reboot_timeout: Seconds = 900.0
     resume_timeout: Seconds = 60.0
     poll: Seconds = Field(default=2.0, le=60)
+    # after each health check: the node's GPUs in DCGM (adapters/prometheus/gate.py); a
+    # failure counts as a failed check (the reset falls back to the reboot, then gives up)
+    gpu_telemetry: bool = False
+    settle: Seconds | None = Field(default=None, le=3600)  # null: prometheus.gpu_settle
+    dcgm_name: str = Field(default="", pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
     @field_validator("reason")
     @classmethod
@@ -66,8 +74,23 @@ class GpuResetAction(_SlurmAction):
         "run_on_node", "update_nodes", "reboot",
         "create_reservation", "delete_reservation")
 
+    def __init__(self, backend: SlurmBackend, config: SlurmConfig,
+                 sleep: Callable[[float], None] = time.sleep,
+                 prometheus: PrometheusBackend | None = None,
+                 gpu_settle: float = DEFAULT_SETTLE) -> None:
+        super().__init__(backend, config, sleep)
+        self.prometheus, self.gpu_settle = prometheus, gpu_settle
+
     def _command(self, name: str, extra: list[str]) -> tuple[HostCommand, list[str]]:
         return allowed_argv(self.config.commands, name, extra, "node command", "slurm.commands")
+
+    def _gate(self, args: GpuResetArguments, expect: int) -> GpuGate:
+        if self.prometheus is None:
+            raise ActionError(
+                f"the reset's health check also checks {args.node}'s GPUs in Prometheus "
+                "(DCGM), and no Prometheus is configured: configure prometheus:, or ask again "
+                "with gpu_telemetry=false (break-glass)")
+        return GpuGate(self.prometheus, args.dcgm_name or args.node, expect)
 
     def _lines(self, args: GpuResetArguments) -> dict[str, str]:
         def srun(name: str, extra: list[str]) -> str:
@@ -98,6 +121,11 @@ class GpuResetAction(_SlurmAction):
             last = "if it fails"
         drain = commands.show(commands.update_nodes([node], "DRAIN", _failed_reason(args, "...")))
         plan.append(f"{last}: {drain}; {commands.show(commands.delete_reservation(res))}")
+        if args.gpu_telemetry:
+            (info,) = self._read([node], with_jobs=False)
+            settle = self.gpu_settle if args.settle is None else args.settle
+            plan.insert(1, "each health check counts only with its GPUs in DCGM: "
+                        + self._gate(args, info.gpus_total).describe(settle))
         return plan
 
     def run(self, args: GpuResetArguments, ctx: ActionContext) -> ActionResult:
@@ -106,13 +134,14 @@ class GpuResetAction(_SlurmAction):
         self._require_reservation(args)
         (node,) = self._read([args.node], with_jobs=False)  # once: a reboot sets its own
         self._refuse_others_drain(node, "the reset")
+        gpus = node.gpus_total  # what the GPU gate expects after each health check
         attempts: list[dict[str, Any]] = []
         if args.method == "reset":
-            if self._attempt(attempts, "reset", lambda: self._reset(args, ctx), ctx):
+            if self._attempt(attempts, "reset", lambda: self._reset(args, ctx, gpus), ctx):
                 return self._done(args, "reset", attempts)
             ctx.progress(f"GPU {args.gpu} on {args.node}: {attempts[-1]['error']}; "
                          "falling back to a reboot of the node")
-        if self._attempt(attempts, "reboot", lambda: self._reboot(args, ctx), ctx):
+        if self._attempt(attempts, "reboot", lambda: self._reboot(args, ctx, gpus), ctx):
             return self._done(args, "reboot", attempts)
         self._give_up(args, attempts, ctx)
         raise AssertionError("unreachable")  # pragma: no cover - _give_up raises
@@ -140,14 +169,14 @@ class GpuResetAction(_SlurmAction):
         return ActionResult(f"GPU {args.gpu} on {args.node}: {how}, health check passed",
                             details)
 
-    def _reset(self, args: GpuResetArguments, ctx: ActionContext) -> str:
+    def _reset(self, args: GpuResetArguments, ctx: ActionContext, gpus: int) -> str:
         self._resume_inside(args, ctx)
         self._srun(args, ctx, args.persistence_command, [str(args.gpu)])
         out = self._srun(args, ctx, args.reset_command, [str(args.gpu)])
         ctx.progress(f"GPU {args.gpu} on {args.node} reset: {out or 'exit 0'}")
-        return self._health(args, ctx)
+        return self._health(args, ctx, gpus)
 
-    def _reboot(self, args: GpuResetArguments, ctx: ActionContext) -> str:
+    def _reboot(self, args: GpuResetArguments, ctx: ActionContext, gpus: int) -> str:
         self._resume_inside(args, ctx)
         (before,) = self._read([args.node], with_jobs=False)
         if not before.flags & REBOOT_FLAGS:
@@ -165,15 +194,23 @@ class GpuResetAction(_SlurmAction):
         self._wait_nodes([args.node], ctx, args.reboot_timeout, args.poll, back,
                          "back from the reboot")
         ctx.progress(f"{args.node} is back from the reboot")
-        return self._health(args, ctx)
+        return self._health(args, ctx, gpus)
 
-    def _health(self, args: GpuResetArguments, ctx: ActionContext) -> str:
+    def _health(self, args: GpuResetArguments, ctx: ActionContext, gpus: int) -> str:
         try:
-            return self._srun(args, ctx, args.health_command, [])
+            said = self._srun(args, ctx, args.health_command, [])
         except ActionStopped:
             raise
         except ActionError as exc:
             raise ActionError(f"health check failed: {exc}") from exc
+        if not args.gpu_telemetry:
+            return said
+        settle = self.gpu_settle if args.settle is None else args.settle
+        try:
+            self._gate(args, gpus).check(settle, ctx, self._sleep)
+        except GateFailed as exc:
+            raise ActionError(f"GPU telemetry: {exc}") from exc
+        return said
 
     def _srun(self, args: GpuResetArguments, ctx: ActionContext, name: str,
               extra: list[str]) -> str:

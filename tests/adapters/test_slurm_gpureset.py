@@ -20,6 +20,7 @@ from adapters.slurm import gpureset
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fake import FakeSlurm
 from adapters.slurm.gpureset import GpuResetAction, GpuResetArguments
+from tests.adapters.test_gpu_gate import Dcgm
 
 COMMANDS = {
     "health-check": HostCommand(argv=["dcgmi", "diag", "-r", "2"]),
@@ -244,3 +245,48 @@ def test_a_drain_someone_else_made_is_refused_before_any_change(clock: Clock) ->
                                           r"lift that drain, so nothing was changed"):
         action(backend, clock).run(arguments(), context())
     assert backend.calls == [] and backend.state["gpu03"].reason.startswith("bob")
+
+
+# --- the GPU gate after each health check (adapters/prometheus/gate.py) ------------------
+
+
+def gated(backend: Node, dcgm: Dcgm, clock: Clock) -> GpuResetAction:
+    return GpuResetAction(backend, SlurmConfig(commands=COMMANDS), sleep=clock.sleep,
+                          prometheus=dcgm, gpu_settle=0.1)
+
+
+def test_a_gpu_still_missing_after_reset_and_reboot_leaves_the_node_drained(
+        clock: Clock) -> None:
+    backend, dcgm = Node(), Dcgm(node="gpu03")
+    dcgm.gpus.discard(3)
+    with pytest.raises(ActionError, match=r"reset and reboot both failed \(reset: GPU "
+                                          r"telemetry: DCGM reports 7 of 8 GPUs of gpu03"):
+        gated(backend, dcgm, clock).run(arguments(gpu_telemetry=True), context())
+    assert "DRAIN" in backend.state["gpu03"].flags
+    assert "GPU telemetry: DCGM reports 7 of 8 GPUs of gpu03: GPU 3 missing" in \
+        backend.state["gpu03"].reason
+
+
+def test_a_gpu_back_after_the_reboot_passes(clock: Clock, monkeypatch: pytest.MonkeyPatch
+                                            ) -> None:
+    backend, dcgm = Node(), Dcgm(node="gpu03")
+    dcgm.gpus.discard(3)
+    rebooting = backend.reboot
+
+    def reboot_brings_it_back(*args: Any) -> None:  # the GPU is back on the bus
+        rebooting(*args)
+        dcgm.gpus.add(3)
+
+    monkeypatch.setattr(backend, "reboot", reboot_brings_it_back)
+    result = gated(backend, dcgm, clock).run(arguments(gpu_telemetry=True), context())
+    assert result.details["method"] == "reboot"
+    assert result.details["attempts"][0]["error"].startswith("GPU telemetry: DCGM reports 7")
+    assert "DRAIN" not in backend.state["gpu03"].flags
+
+
+def test_the_gate_is_in_the_plan_and_needs_prometheus(clock: Clock) -> None:
+    plan = gated(Node(), Dcgm(node="gpu03"), clock).plan(arguments(gpu_telemetry=True))
+    assert plan[1].startswith("each health check counts only with its GPUs in DCGM: DCGM in "
+                              "Prometheus: 8 GPU(s) of gpu03 report")
+    with pytest.raises(ActionError, match="no Prometheus is configured"):
+        action(Node(), clock).plan(arguments(gpu_telemetry=True))
