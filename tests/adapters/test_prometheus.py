@@ -24,6 +24,7 @@ import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -44,6 +45,7 @@ from adapters.prometheus import (
     label_matcher,
     selector,
 )
+from adapters.prometheus import actions as prometheus_actions
 from tests.adapters.monitoring import (
     MetricsServer,
     Monitoring,
@@ -276,14 +278,21 @@ def test_wait_judges_series_that_differ_only_in_instance_apart(failing_first: bo
         server.stop()
 
 
-def test_wait_names_the_first_ten_failing_series_and_counts_the_rest() -> None:
+def test_wait_names_the_first_ten_failing_series_and_counts_the_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     answer = [series({"x": str(i)}, str(i)) for i in range(13)]
     server = FlakyPrometheus(failures=0, result=answer)
+    # a clock the test moves (a second per poll): each query has seconds of real time to
+    # answer, however busy the machine, and the wait still ends after a few polls
+    now = [1000.0]
+    monkeypatch.setattr(prometheus_actions, "time",
+                        SimpleNamespace(monotonic=lambda: now[0]))
     try:
         action = PrometheusActions(PrometheusConfig(url=server.url, retries=0),
-                                   sleep=lambda s: None).by_name()["prom.wait"]
+                                   sleep=lambda s: now.__setitem__(0, now[0] + 1.0)
+                                   ).by_name()["prom.wait"]
         with pytest.raises(ActionTimeout) as caught:
-            action.run(WaitArguments(query="e", expect="== 0", timeout=0.2, poll=0.1), ctx())
+            action.run(WaitArguments(query="e", expect="== 0", timeout=5, poll=1), ctx())
         message = str(caught.value)
         assert message.endswith(": 12 of 13 series still off: "
                                 + ", ".join(f'{{x="{i}"}} {i}' for i in range(1, 11))
