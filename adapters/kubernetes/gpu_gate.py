@@ -18,7 +18,7 @@ from adapters.kubernetes.backend import KubernetesBackend, KubernetesError, Node
 from adapters.kubernetes.base import NODE_NAME, KubernetesAction
 from adapters.kubernetes.config import KubernetesConfig
 from adapters.prometheus.backend import PrometheusBackend
-from adapters.prometheus.gate import GateFailed, GpuGate
+from adapters.prometheus.gate import GateFailed, GpuGate, gate_for
 from kit.durations import format_duration
 
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # GPU Feature Discovery
@@ -43,12 +43,8 @@ class GpuGateAction(KubernetesAction):
         self.prometheus, self.gpu_settle = prometheus, gpu_settle
 
     def _gate(self, args: GpuGateArguments, node: Node) -> GpuGate:
-        if self.prometheus is None:
-            raise ActionError(
-                f"{args.node}'s GPUs are checked in Prometheus (DCGM) before it returns, and "
-                "no Prometheus is configured: configure prometheus:, or ask again with "
-                "gpu_telemetry=false (break-glass)")
-        return GpuGate(self.prometheus, args.dcgm_name or args.node, expected(node))
+        return gate_for(self.prometheus, args.dcgm_name or args.node, expected(node),
+                        f"returning {args.node}")
 
     def plan(self, args: GpuGateArguments) -> list[str]:
         try:

@@ -22,6 +22,18 @@ GPU_ALERTS = re.compile(r"^(Gpu|DcgmExporter)")  # deploy/prometheus/gpu-alerts.
 ALERT_HOST_LABELS = ("node", *HOST_LABELS)
 
 
+def gate_for(prometheus: PrometheusBackend | None, node: str, expect: int,
+             what: str) -> GpuGate:
+    """The gate over ``prometheus``; refused, saying what to do, when none is configured
+    (``what``: the step whose check the gate belongs to, for the message)."""
+    if prometheus is None:
+        raise ActionError(
+            f"{what} also checks {node}'s GPUs in Prometheus (DCGM), and no Prometheus is "
+            "configured: configure prometheus:, or ask again with gpu_telemetry=false "
+            "(break-glass: the node then returns on the check alone)")
+    return GpuGate(prometheus, node, expect)
+
+
 class GateFailed(ActionError):
     """The node's GPUs failed the gate; the text is the verdict (a drain reason)."""
 

@@ -25,7 +25,7 @@ from adapters.actions import (
 )
 from adapters.host import HostCommand, allowed_argv
 from adapters.prometheus.backend import PrometheusBackend
-from adapters.prometheus.gate import GateFailed, GpuGate
+from adapters.prometheus.gate import GateFailed, GpuGate, gate_for
 from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _check_text, _SlurmAction
 from adapters.slurm.backend import REBOOT_FLAGS, NodeInfo, SlurmBackend
@@ -85,12 +85,8 @@ class GpuResetAction(_SlurmAction):
         return allowed_argv(self.config.commands, name, extra, "node command", "slurm.commands")
 
     def _gate(self, args: GpuResetArguments, expect: int) -> GpuGate:
-        if self.prometheus is None:
-            raise ActionError(
-                f"the reset's health check also checks {args.node}'s GPUs in Prometheus "
-                "(DCGM), and no Prometheus is configured: configure prometheus:, or ask again "
-                "with gpu_telemetry=false (break-glass)")
-        return GpuGate(self.prometheus, args.dcgm_name or args.node, expect)
+        return gate_for(self.prometheus, args.dcgm_name or args.node, expect,
+                        "the reset's health check")
 
     def _lines(self, args: GpuResetArguments) -> dict[str, str]:
         def srun(name: str, extra: list[str]) -> str:

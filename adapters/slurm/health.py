@@ -26,7 +26,7 @@ from adapters.actions import (
 )
 from adapters.host import OUTPUT_LIMIT, allowed_argv
 from adapters.prometheus.backend import PrometheusBackend
-from adapters.prometheus.gate import GateFailed, GpuGate
+from adapters.prometheus.gate import GateFailed, GpuGate, gate_for
 from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _SlurmAction
 from adapters.slurm.backend import SlurmBackend
@@ -72,12 +72,8 @@ class HealthCheckAction(_SlurmAction):
         self.prometheus, self.gpu_settle = prometheus, gpu_settle
 
     def _gate(self, args: HealthCheckArguments, expect: int) -> GpuGate:
-        if self.prometheus is None:
-            raise ActionError(
-                f"the health check of {args.node} also checks its GPUs in Prometheus (DCGM), "
-                "and no Prometheus is configured: configure prometheus:, or ask again with "
-                "gpu_telemetry=false (break-glass: the node then returns on the command alone)")
-        return GpuGate(self.prometheus, args.dcgm_name or args.node, expect)
+        return gate_for(self.prometheus, args.dcgm_name or args.node, expect,
+                        f"the health check of {args.node}")
 
     def _argv(self, args: HealthCheckArguments) -> list[str]:
         return allowed_argv(self.config.commands, args.command, args.args, "node command",
