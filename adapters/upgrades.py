@@ -9,11 +9,14 @@ from typing import Any
 from adapters.registry import Adapter, Built
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.driver_upgrade import DriverUpgradeAction
+from adapters.slurm.health import DEFAULT_SETTLE
 
 
 def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
-    return Built([DriverUpgradeAction(backends["slurm"], config,
-                                      prometheus=backends.get("prometheus"))])
+    prometheus = backends.get("prometheus")
+    settle = getattr(getattr(prometheus, "config", None), "gpu_settle", DEFAULT_SETTLE)
+    return Built([DriverUpgradeAction(backends["slurm"], config, prometheus=prometheus,
+                                      gpu_settle=settle)])
 
 
 ADAPTER = Adapter("upgrades", "slurm", SlurmConfig, (DriverUpgradeAction,), _build,

@@ -6,6 +6,7 @@ It never talks to a Prometheus. Nothing outside tests may use it.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -22,16 +23,23 @@ def _unix(value: datetime | float) -> float:
 
 class FakePrometheus:
     """Answers every instant query with ``answer`` (or raises it); a range query gets each
-    series of ``answer`` holding its value at every step. ``queries`` records the PromQL."""
+    series of ``answer`` holding its value at every step. ``queries`` records the PromQL.
+    With ``gpus``, the GPU gate's presence query (DCGM_FI_DEV_GPU_TEMP of some hosts) gets
+    that many GPUs for each host it names, as dcgm-exporter reports them."""
 
-    def __init__(self, answer: list[Sample] | Exception) -> None:
+    def __init__(self, answer: list[Sample] | Exception, gpus: int | None = None) -> None:
         self.answer = answer
+        self.gpus = gpus
         self.queries: list[str] = []
 
     def _samples(self, promql: str) -> list[Sample]:
         self.queries.append(promql)
         if isinstance(self.answer, Exception):
             raise self.answer
+        if self.gpus is not None and promql.startswith("DCGM_FI_DEV_GPU_TEMP"):
+            hosts = dict.fromkeys(re.findall(r'Hostname="([^"]+)"', promql))
+            return [Sample({"Hostname": h, "gpu": str(g)}, 40.0)
+                    for h in hosts for g in range(self.gpus)]
         return list(self.answer)
 
     def query(self, promql: str, at: datetime | float | None = None, *,

@@ -26,6 +26,7 @@ from adapters.prometheus.soak import ErrorWatch
 from adapters.slurm import hostlist
 from adapters.slurm.backend import SlurmBackend
 from adapters.slurm.config import SlurmConfig
+from adapters.slurm.health import DEFAULT_SETTLE
 from adapters.slurm.rolling import DriverRolloutAction, RolloutArguments
 from kit.durations import format_duration
 
@@ -38,6 +39,9 @@ class UpgradeArguments(StrictArguments):
     version: str = Field(pattern=VERSION)
     max_parallel: int = Field(default=1, ge=1, le=64)
     reason: str = Field(default="driver upgrade", max_length=150)
+    gpu_telemetry: bool = False  # each node's GPUs in DCGM after its check (GpuGate)
+    settle: Seconds | None = Field(default=None, le=3600)
+    dcgm_names: dict[str, str] = Field(default_factory=dict)  # node -> its DCGM Hostname
     install_command: str = "driver-install"
     version_command: str = "driver-version"
     health_command: str = "health-check"
@@ -68,7 +72,8 @@ class UpgradeArguments(StrictArguments):
             max_parallel=self.max_parallel, reason=self.reason,
             install_command=self.install_command, version_command=self.version_command,
             health_command=self.health_command, node_timeout=self.node_timeout,
-            poll=self.poll, read_previous=True)
+            poll=self.poll, read_previous=True, gpu_telemetry=self.gpu_telemetry,
+            settle=self.settle, dcgm_names=self.dcgm_names)
 
 
 @dataclass
@@ -124,9 +129,9 @@ class DriverUpgradeAction(DriverRolloutAction):
 
     def __init__(self, backend: SlurmBackend, config: SlurmConfig,
                  sleep: Callable[[float], None] = time.sleep,
-                 prometheus: PrometheusBackend | None = None) -> None:
-        super().__init__(backend, config, sleep)
-        self.prometheus = prometheus
+                 prometheus: PrometheusBackend | None = None,
+                 gpu_settle: float = DEFAULT_SETTLE) -> None:
+        super().__init__(backend, config, sleep, prometheus=prometheus, gpu_settle=gpu_settle)
 
     def _watch(self, nodes: list[str]) -> ErrorWatch:
         if self.prometheus is None:

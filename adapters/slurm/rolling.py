@@ -26,10 +26,12 @@ from adapters.actions import (
     StrictArguments,
 )
 from adapters.host import allowed_argv
+from adapters.prometheus.backend import PrometheusBackend
+from adapters.prometheus.gate import GateFailed, GpuGate, gate_for
 from adapters.slurm import hostlist, reasons
 from adapters.slurm.backend import REBOOT_FLAGS, NeedsOperations, SlurmBackend
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.health import verdict
+from adapters.slurm.health import DEFAULT_SETTLE, verdict
 
 MAINT = ["MAINT", "IGNORE_JOBS"]
 
@@ -57,6 +59,11 @@ class RolloutArguments(StrictArguments):
     poll: Seconds = Field(default=1.0, le=60)
     # read each node's driver (version_command) before installing: details["previous"]
     read_previous: bool = False
+    # after each node's health check and driver read: its GPUs in DCGM for `settle` seconds
+    # (null: prometheus.gpu_settle); a failure leaves the node drained with the verdict
+    gpu_telemetry: bool = False
+    settle: Seconds | None = Field(default=None, le=3600)
+    dcgm_names: dict[str, str] = Field(default_factory=dict)  # node -> its DCGM Hostname
 
 
 @dataclass
@@ -101,9 +108,32 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
         "update_nodes", "create_reservation", "delete_reservation",
         "run_on_node", "reboot")
 
+    def __init__(self, backend: SlurmBackend, config: SlurmConfig,
+                 sleep: Callable[[float], None] = time.sleep,
+                 prometheus: PrometheusBackend | None = None,
+                 gpu_settle: float = DEFAULT_SETTLE) -> None:
+        super().__init__(backend, config, sleep)
+        self.prometheus, self.gpu_settle = prometheus, gpu_settle
+
     def _argv(self, name: str, extra: list[str]) -> list[str]:
         return allowed_argv(self.config.commands, name, extra, "node command",
                             "slurm.commands")[1]
+
+    def _gate(self, args: RolloutArguments, node: str, expect: int) -> GpuGate:
+        return gate_for(self.prometheus, args.dcgm_names.get(node, node), expect,
+                        f"the driver change's check of {node}")
+
+    def _gpus_settle(self, state: _Run, node: str) -> None:
+        """The node's GPUs in DCGM after its check, before its reservation goes."""
+        args = state.args
+        if not args.gpu_telemetry:
+            return
+        (info,) = self.backend.nodes([node], with_jobs=False)
+        settle = self.gpu_settle if args.settle is None else args.settle
+        try:
+            self._gate(args, node, info.gpus_total).check(settle, state.ctx, self._sleep)
+        except GateFailed as exc:
+            raise ActionError(f"GPU telemetry: {exc}") from exc
 
     def plan(self, args: RolloutArguments) -> list[str]:
         nodes = hostlist.expand(args.nodes)
@@ -122,8 +152,15 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
                 f"Flags=MAINT,IGNORE_JOBS; resume; {before}"
                 f"srun -w {node} --reservation={res} {install}; "
                 f"scontrol reboot ASAP nextstate=RESUME {node}; srun {health}; "
-                f"srun {check} = {args.version}; scontrol delete reservation {res}"
+                f"srun {check} = {args.version}; "
+                + ("its GPUs in DCGM (below); " if args.gpu_telemetry else "")
+                + f"scontrol delete reservation {res}"
             )
+        if args.gpu_telemetry:
+            settle = self.gpu_settle if args.settle is None else args.settle
+            gpus = {n.name: n.gpus_total for n in self.backend.nodes(nodes, with_jobs=False)}
+            lines += ["then, on each node, " + self._gate(args, node, gpus.get(node, 0))
+                      .describe(settle) for node in nodes[:1]]
         return lines
 
     def run(self, args: RolloutArguments, ctx: ActionContext) -> ActionResult:
@@ -200,6 +237,7 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
             first = seen.splitlines()[0].strip() if seen else ""
             if first != args.version:
                 raise ActionError(f"reports driver {first or 'nothing'}, not {args.version}")
+            self._gpus_settle(state, node)
             self.backend.delete_reservation(res)
             state.record(node, f"on driver {args.version}")
         except ActionStopped as exc:

@@ -244,7 +244,8 @@ def shipped_bot(make_bot: BotFactory, url: str, names: tuple[str, ...]) -> Servi
     slurm = SlurmConfig.model_validate({"commands": commands})
     extra: list[Action] = [HealthCheckAction(systems.slurm, slurm, lambda s: None,
                                                prometheus=FakePrometheus([])),  # planned only
-                           DriverRolloutAction(systems.slurm, slurm, lambda s: None)]
+                           DriverRolloutAction(systems.slurm, slurm, lambda s: None,
+                                               prometheus=FakePrometheus([]))]
     bot.catalogue = Catalogue([*bot.catalogue._actions.values(), *systems.actions(), *extra],
                               KNOWN)
     return systems.guarding(bot)

@@ -47,7 +47,7 @@ def upgrade_bot(make_bot: BotFactory) -> tuple[Service, DriverSlurm]:
                                       "kubernetes": {"cuda": ["12.4"]}}},
                    users={**LAB_USERS, "erin": {"groups": ["gpu-leads"]}})
     slurm = DriverSlurm(SLURM)
-    prom = FakePrometheus(errors(SLURM + KUBE))
+    prom = FakePrometheus(errors(SLURM + KUBE), gpus=8)
     config = SlurmConfig.model_validate({"commands": COMMANDS})
 
     def sleep(seconds: float) -> None:
@@ -57,8 +57,8 @@ def upgrade_bot(make_bot: BotFactory) -> tuple[Service, DriverSlurm]:
     for name, node in list(kubernetes.nodes.items()):
         kubernetes.nodes[name] = replace(node, gpus_allocatable=8)
     actions: list[Action] = [
-               DriverUpgradeAction(slurm, config, sleep, prometheus=prom),
-               DriverRolloutAction(slurm, config, sleep),
+               DriverUpgradeAction(slurm, config, sleep, prometheus=prom, gpu_settle=0.05),
+               DriverRolloutAction(slurm, config, sleep, prometheus=prom, gpu_settle=0.05),
                ErrorsHoldAction(prom, PrometheusConfig(url="http://prometheus.invalid:9090")),
                *KubernetesActions(kubernetes, sleep=lambda s: None).all()]
     bot.catalogue = Catalogue([*bot.catalogue._actions.values(), *actions], KNOWN)
@@ -214,7 +214,8 @@ def test_the_guard_is_asked_again_before_each_node_and_stops_with_the_node_untou
     bot, _ = upgrade_bot(make_bot)
     slurm = DrainedMeanwhile(SLURM)
     bot.catalogue = Catalogue([*bot.catalogue._actions.values(), DriverRolloutAction(
-        slurm, SlurmConfig.model_validate({"commands": COMMANDS}), lambda s: None)], KNOWN)
+        slurm, SlurmConfig.model_validate({"commands": COMMANDS}), lambda s: None,
+        prometheus=FakePrometheus(errors(SLURM), gpus=8), gpu_settle=0.05)], KNOWN)
     bot.checks = Checks({"slurm": SlurmEvaluator(slurm), "capacity": CapacityEvaluator(
         bot.inventory, slurm, None)}, sleep=lambda s: None)
     # planned: 32 free, 24 with one node out, floor 9; before gpu02: 16 free, 8 after
