@@ -153,9 +153,20 @@ def _parse_ranges(inner: str, expression: str) -> tuple[_Range, ...]:
         if high < low:
             raise ValueError(
                 f"hostlist {_quoted(expression)}: range {_quoted(item)} runs backwards")
-        width = len(low_text)
-        ranges.extend((width, a, b) for a, b in _add(covered.setdefault(width, []), low, high))
+        for width, a, b in _by_spelling(len(low_text), low, high):
+            ranges.extend((width, x, y) for x, y in _add(covered.setdefault(width, []), a, b))
     return tuple(ranges)
+
+
+def _by_spelling(width: int, low: int, high: int) -> list[tuple[int, int, int]]:
+    """``low..high`` zero-padded to ``width``, split where the padding stops: from
+    10**(width-1) on a number is spelled as it is, as in any other width (``0-10`` and
+    ``10`` both name gpu10), so that part is counted with the unpadded ones (width 1)."""
+    natural = 10 ** (width - 1)
+    pieces = [(width, low, min(high, natural - 1))] if width > 1 and low < natural else []
+    if high >= natural or width == 1:
+        pieces.append((1, max(low, natural) if width > 1 else low, high))
+    return pieces
 
 
 def _add(covered: list[tuple[int, int]], low: int, high: int) -> list[tuple[int, int]]:
