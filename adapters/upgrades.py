@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from adapters.prometheus.gate import configured_settle
 from adapters.registry import Adapter, Built
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.driver_upgrade import DriverUpgradeAction
-from adapters.slurm.health import DEFAULT_SETTLE
 
 
 def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
     prometheus = backends.get("prometheus")
-    settle = getattr(getattr(prometheus, "config", None), "gpu_settle", DEFAULT_SETTLE)
+    settle = configured_settle(prometheus)
     return Built([DriverUpgradeAction(backends["slurm"], config, prometheus=prometheus,
                                       gpu_settle=settle)])
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from adapters.kubernetes.actions import ACTION_CLASSES, KubernetesActions
 from adapters.kubernetes.config import KubernetesConfig
-from adapters.kubernetes.gpu_gate import DEFAULT_SETTLE, GpuGateAction
+from adapters.kubernetes.gpu_gate import GpuGateAction
+from adapters.prometheus.gate import configured_settle
 from adapters.registry import Adapter, Built
 
 
@@ -16,7 +17,7 @@ def _build(config: KubernetesConfig, backends: Mapping[str, Any]) -> Built:
 
     backend = make_backend(config)
     prometheus = backends.get("prometheus")  # the GPU gate before a node returns (DCGM)
-    settle = getattr(getattr(prometheus, "config", None), "gpu_settle", DEFAULT_SETTLE)
+    settle = configured_settle(prometheus)
     gate = GpuGateAction(backend, config, prometheus=prometheus, gpu_settle=settle)
     return Built([*KubernetesActions(backend, config).all(), gate], backend)
 

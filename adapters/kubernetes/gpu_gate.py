@@ -6,23 +6,18 @@ failure keeps the node cordoned, marked as a failed check with the verdict."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import ClassVar
 
 from pydantic import Field
 
 from adapters.actions import ActionContext, ActionError, ActionResult, Seconds, StrictArguments
 from adapters.kubernetes import cordons
-from adapters.kubernetes.backend import KubernetesBackend, KubernetesError, Node
+from adapters.kubernetes.backend import KubernetesError, Node
 from adapters.kubernetes.base import NODE_NAME, KubernetesAction
-from adapters.kubernetes.config import KubernetesConfig
-from adapters.prometheus.backend import PrometheusBackend
-from adapters.prometheus.gate import GateFailed, GpuGate, gate_for
+from adapters.prometheus.gate import GateFailed, GpuGate, GpuGated, gate_for
 from kit.durations import format_duration
 
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # GPU Feature Discovery
-DEFAULT_SETTLE = 120.0
 
 
 class GpuGateArguments(StrictArguments):
@@ -31,16 +26,10 @@ class GpuGateArguments(StrictArguments):
     settle: Seconds | None = Field(default=None, le=3600)  # null: prometheus.gpu_settle
 
 
-class GpuGateAction(KubernetesAction):
+class GpuGateAction(GpuGated, KubernetesAction):
     name: ClassVar[str] = "k8s.gpu_gate"
     Arguments: ClassVar[type[StrictArguments]] = GpuGateArguments
 
-    def __init__(self, backend: KubernetesBackend, config: KubernetesConfig,
-                 sleep: Callable[[float], None] = time.sleep,
-                 prometheus: PrometheusBackend | None = None,
-                 gpu_settle: float = DEFAULT_SETTLE) -> None:
-        super().__init__(backend, config, sleep)
-        self.prometheus, self.gpu_settle = prometheus, gpu_settle
 
     def _gate(self, args: GpuGateArguments, node: Node) -> GpuGate:
         return gate_for(self.prometheus, args.dcgm_name or args.node, expected(node),
@@ -51,13 +40,13 @@ class GpuGateAction(KubernetesAction):
             node = self.backend.get_node(args.node)
         except KubernetesError as exc:
             return [f"{args.node}'s GPUs in DCGM, counted when it runs ({exc} now)"]
-        settle = self.gpu_settle if args.settle is None else args.settle
+        settle = self.settle_for(args.settle)
         return [self._gate(args, node).describe(settle).replace("drained", "kept cordoned")]
 
     def run(self, args: GpuGateArguments, ctx: ActionContext) -> ActionResult:
         node = self.backend.get_node(args.node)
         gate = self._gate(args, node)
-        settle = self.gpu_settle if args.settle is None else args.settle
+        settle = self.settle_for(args.settle)
         try:
             reads = gate.check(settle, ctx, self._sleep)
         except GateFailed as exc:

@@ -17,9 +17,29 @@ from adapters.prometheus.promql import escape_label_value
 from adapters.prometheus.soak import HOST_LABELS, ErrorWatch
 from kit.durations import format_duration
 
+DEFAULT_SETTLE = 120.0  # seconds a node's GPUs are watched (prometheus.gpu_settle)
 PRESENCE = "DCGM_FI_DEV_GPU_TEMP"  # every GPU dcgm-exporter sees reports a temperature
 GPU_ALERTS = re.compile(r"^(Gpu|DcgmExporter)")  # deploy/prometheus/gpu-alerts.yaml
 ALERT_HOST_LABELS = ("node", *HOST_LABELS)
+
+
+def configured_settle(prometheus: object) -> float:
+    """The settle time the configuration gives (prometheus.gpu_settle), else the default."""
+    return float(getattr(getattr(prometheus, "config", None), "gpu_settle", DEFAULT_SETTLE))
+
+
+class GpuGated:
+    """An action whose check ends with the GPU gate: it holds Prometheus (None when not
+    configured) and the configured settle time, handed in by its adapter."""
+
+    def __init__(self, *args: Any, prometheus: PrometheusBackend | None = None,
+                 gpu_settle: float = DEFAULT_SETTLE, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.prometheus, self.gpu_settle = prometheus, gpu_settle
+
+    def settle_for(self, asked: float | None) -> float:
+        """The settle time a request asked for, else the configured one."""
+        return self.gpu_settle if asked is None else asked
 
 
 def gate_for(prometheus: PrometheusBackend | None, node: str, expect: int,

@@ -6,13 +6,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from adapters.actions import Action
+from adapters.prometheus.gate import configured_settle
 from adapters.registry import Adapter, Built
 from adapters.slurm.actions import ACTION_CLASSES, SlurmActions
 from adapters.slurm.backends import make_backend
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fleet import FLEET_ACTIONS
 from adapters.slurm.gpureset import GpuResetAction
-from adapters.slurm.health import DEFAULT_SETTLE, HealthCheckAction
+from adapters.slurm.health import HealthCheckAction
 from adapters.slurm.mig import MIG_ACTIONS
 from adapters.slurm.pools import POOL_ACTIONS
 from adapters.slurm.rolling import DriverRolloutAction
@@ -22,7 +23,7 @@ from adapters.slurm.slurm_upgrade import UPGRADE_ACTIONS
 def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
     backend = make_backend(config)
     prometheus = backends.get("prometheus")  # the health check's GPU gate (DCGM)
-    settle = getattr(getattr(prometheus, "config", None), "gpu_settle", DEFAULT_SETTLE)
+    settle = configured_settle(prometheus)
     actions: list[Action] = [*SlurmActions(backend, config).all(),
                              HealthCheckAction(backend, config, prometheus=prometheus,
                                                gpu_settle=settle),

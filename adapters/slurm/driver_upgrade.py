@@ -6,8 +6,6 @@ failed (left drained) and the ``rollback-driver`` request for the nodes done.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -21,12 +19,8 @@ from adapters.actions import (
     Seconds,
     StrictArguments,
 )
-from adapters.prometheus.backend import PrometheusBackend
 from adapters.prometheus.soak import ErrorWatch
 from adapters.slurm import hostlist
-from adapters.slurm.backend import SlurmBackend
-from adapters.slurm.config import SlurmConfig
-from adapters.slurm.health import DEFAULT_SETTLE
 from adapters.slurm.rolling import DriverRolloutAction, RolloutArguments
 from kit.durations import format_duration
 
@@ -127,11 +121,6 @@ class DriverUpgradeAction(DriverRolloutAction):
     takes_out: ClassVar[tuple[str, ...]] = ("canary", "nodes")
     Arguments: ClassVar[type[StrictArguments]] = UpgradeArguments
 
-    def __init__(self, backend: SlurmBackend, config: SlurmConfig,
-                 sleep: Callable[[float], None] = time.sleep,
-                 prometheus: PrometheusBackend | None = None,
-                 gpu_settle: float = DEFAULT_SETTLE) -> None:
-        super().__init__(backend, config, sleep, prometheus=prometheus, gpu_settle=gpu_settle)
 
     def _watch(self, nodes: list[str]) -> ErrorWatch:
         if self.prometheus is None:

@@ -24,13 +24,11 @@ from adapters.actions import (
     StrictArguments,
 )
 from adapters.host import HostCommand, allowed_argv
-from adapters.prometheus.backend import PrometheusBackend
-from adapters.prometheus.gate import GateFailed, GpuGate, gate_for
+from adapters.prometheus.gate import GateFailed, GpuGate, GpuGated, gate_for
 from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _check_text, _SlurmAction
-from adapters.slurm.backend import REBOOT_FLAGS, NodeInfo, SlurmBackend
-from adapters.slurm.config import SlurmConfig
-from adapters.slurm.health import DEFAULT_SETTLE, verdict
+from adapters.slurm.backend import REBOOT_FLAGS, NodeInfo
+from adapters.slurm.health import verdict
 from kit.durations import format_duration
 
 
@@ -59,7 +57,7 @@ class GpuResetArguments(StrictArguments):
         return _check_text(value)
 
 
-class GpuResetAction(_SlurmAction):
+class GpuResetAction(GpuGated, _SlurmAction):
     """The node must be in a MAINT reservation that holds it (``reservation``): it is resumed
     inside it so srun can start there while no other job lands on it. ``method: reset``:
     persistence mode off, GPU reset, health check; if any fails, the reboot. ``method:
@@ -74,12 +72,6 @@ class GpuResetAction(_SlurmAction):
         "run_on_node", "update_nodes", "reboot",
         "create_reservation", "delete_reservation")
 
-    def __init__(self, backend: SlurmBackend, config: SlurmConfig,
-                 sleep: Callable[[float], None] = time.sleep,
-                 prometheus: PrometheusBackend | None = None,
-                 gpu_settle: float = DEFAULT_SETTLE) -> None:
-        super().__init__(backend, config, sleep)
-        self.prometheus, self.gpu_settle = prometheus, gpu_settle
 
     def _command(self, name: str, extra: list[str]) -> tuple[HostCommand, list[str]]:
         return allowed_argv(self.config.commands, name, extra, "node command", "slurm.commands")
@@ -119,7 +111,7 @@ class GpuResetAction(_SlurmAction):
         plan.append(f"{last}: {drain}; {commands.show(commands.delete_reservation(res))}")
         if args.gpu_telemetry:
             (info,) = self._read([node], with_jobs=False)
-            settle = self.gpu_settle if args.settle is None else args.settle
+            settle = self.settle_for(args.settle)
             plan.insert(1, "each health check counts only with its GPUs in DCGM: "
                         + self._gate(args, info.gpus_total).describe(settle))
         return plan
@@ -201,7 +193,7 @@ class GpuResetAction(_SlurmAction):
             raise ActionError(f"health check failed: {exc}") from exc
         if not args.gpu_telemetry:
             return said
-        settle = self.gpu_settle if args.settle is None else args.settle
+        settle = self.settle_for(args.settle)
         try:
             self._gate(args, gpus).check(settle, ctx, self._sleep)
         except GateFailed as exc:

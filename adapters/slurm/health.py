@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -25,15 +24,11 @@ from adapters.actions import (
     StrictArguments,
 )
 from adapters.host import OUTPUT_LIMIT, allowed_argv
-from adapters.prometheus.backend import PrometheusBackend
-from adapters.prometheus.gate import GateFailed, GpuGate, gate_for
+from adapters.prometheus.gate import GateFailed, GpuGate, GpuGated, gate_for
 from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _SlurmAction
-from adapters.slurm.backend import SlurmBackend
-from adapters.slurm.config import SlurmConfig
 from kit.durations import format_duration
 
-DEFAULT_SETTLE = 120.0  # seconds the GPUs are watched after the command passed
 REDRAIN_SECONDS = 300.0  # how long a node the check resumed is drained again, at most
 REDRAIN_POLL = 2.0
 
@@ -55,7 +50,7 @@ class HealthCheckArguments(StrictArguments):
     dcgm_name: str = Field(default="", pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-class HealthCheckAction(_SlurmAction):
+class HealthCheckAction(GpuGated, _SlurmAction):
     """srun cannot start anything on a drained node, even inside a MAINT reservation, so the
     node is resumed first: the reservation (which must exist and hold the node) keeps every
     other job off it. A failed check fails the step with the output's tail."""
@@ -64,12 +59,6 @@ class HealthCheckAction(_SlurmAction):
     Arguments: ClassVar[type[StrictArguments]] = HealthCheckArguments
     needs: ClassVar[tuple[str, ...]] = ("run_on_node", "update_nodes")
 
-    def __init__(self, backend: SlurmBackend, config: SlurmConfig,
-                 sleep: Callable[[float], None] = time.sleep,
-                 prometheus: PrometheusBackend | None = None,
-                 gpu_settle: float = DEFAULT_SETTLE) -> None:
-        super().__init__(backend, config, sleep)
-        self.prometheus, self.gpu_settle = prometheus, gpu_settle
 
     def _gate(self, args: HealthCheckArguments, expect: int) -> GpuGate:
         return gate_for(self.prometheus, args.dcgm_name or args.node, expect,
@@ -98,7 +87,7 @@ class HealthCheckAction(_SlurmAction):
         if not args.gpu_telemetry:
             return []
         (node,) = self._read([args.node], with_jobs=False)
-        settle = self.gpu_settle if args.settle is None else args.settle
+        settle = self.settle_for(args.settle)
         return ["then " + self._gate(args, node.gpus_total).describe(settle)]
 
     def run(self, args: HealthCheckArguments, ctx: ActionContext) -> ActionResult:
@@ -152,7 +141,7 @@ class HealthCheckAction(_SlurmAction):
         the gate's verdict, as a failed check."""
         if not args.gpu_telemetry:
             return passed
-        settle = self.gpu_settle if args.settle is None else args.settle
+        settle = self.settle_for(args.settle)
         ctx.progress(f"{args.node} passed; watching its GPUs in DCGM for "
                      f"{format_duration(settle)}")
         try:

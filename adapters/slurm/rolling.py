@@ -26,12 +26,11 @@ from adapters.actions import (
     StrictArguments,
 )
 from adapters.host import allowed_argv
-from adapters.prometheus.backend import PrometheusBackend
-from adapters.prometheus.gate import GateFailed, GpuGate, gate_for
+from adapters.prometheus.gate import GateFailed, GpuGate, GpuGated, gate_for
 from adapters.slurm import hostlist, reasons
 from adapters.slurm.backend import REBOOT_FLAGS, NeedsOperations, SlurmBackend
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.health import DEFAULT_SETTLE, verdict
+from adapters.slurm.health import verdict
 
 MAINT = ["MAINT", "IGNORE_JOBS"]
 
@@ -84,7 +83,7 @@ class _Run:
                           f"{len(hostlist.expand(self.args.nodes))})")
 
 
-class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
+class DriverRolloutAction(GpuGated, NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
     """Per node, in order: drain (running jobs finish), wait until idle, reserve the node for
     maintenance (MAINT, IGNORE_JOBS), resume it inside the reservation (so jobs can run there
     but nobody else's), run the site's driver command with the target version through srun,
@@ -108,12 +107,6 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
         "update_nodes", "create_reservation", "delete_reservation",
         "run_on_node", "reboot")
 
-    def __init__(self, backend: SlurmBackend, config: SlurmConfig,
-                 sleep: Callable[[float], None] = time.sleep,
-                 prometheus: PrometheusBackend | None = None,
-                 gpu_settle: float = DEFAULT_SETTLE) -> None:
-        super().__init__(backend, config, sleep)
-        self.prometheus, self.gpu_settle = prometheus, gpu_settle
 
     def _argv(self, name: str, extra: list[str]) -> list[str]:
         return allowed_argv(self.config.commands, name, extra, "node command",
@@ -129,7 +122,7 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
         if not args.gpu_telemetry:
             return
         (info,) = self.backend.nodes([node], with_jobs=False)
-        settle = self.gpu_settle if args.settle is None else args.settle
+        settle = self.settle_for(args.settle)
         try:
             self._gate(args, node, info.gpus_total).check(settle, state.ctx, self._sleep)
         except GateFailed as exc:
@@ -157,7 +150,7 @@ class DriverRolloutAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]
                 + f"scontrol delete reservation {res}"
             )
         if args.gpu_telemetry:
-            settle = self.gpu_settle if args.settle is None else args.settle
+            settle = self.settle_for(args.settle)
             gpus = {n.name: n.gpus_total for n in self.backend.nodes(nodes, with_jobs=False)}
             lines += ["then, on each node, " + self._gate(args, node, gpus.get(node, 0))
                       .describe(settle) for node in nodes[:1]]
