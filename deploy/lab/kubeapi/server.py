@@ -66,6 +66,7 @@ class Handler(BaseHTTPRequestHandler):
     def dispatch(self) -> None:
         began = time.monotonic()
         self.code = 0
+        self.recorded = False
         try:
             self.check_fault()
             self.route()
@@ -80,9 +81,17 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(500, errors.internal(str(exc)).body())
         log.info("%s %s %s %.0fms", self.command, self.path, self.code or "-",
                  (time.monotonic() - began) * 1000)
-        if self.server.request_log is not None:
-            self.server.request_log.record(self.command, self.path,
-                                           self.headers.get("User-Agent", ""), self.code)
+        self.record(self.code)  # a hang-up has no answer: recorded here with code 0
+
+    def record(self, code: int) -> None:
+        """One request-log line, written before the answer goes out: a client that has its
+        answer finds its line in the log (a line written after could race the client's read)."""
+        self.code = code
+        if self.recorded or self.server.request_log is None:
+            return
+        self.recorded = True
+        self.server.request_log.record(self.command, self.path,
+                                       self.headers.get("User-Agent", ""), code)
 
     def check_fault(self) -> None:
         if self.headers.get(PROBE_HEADER):
@@ -122,7 +131,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_json(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
-        self.code = code
+        self.record(code)
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -136,7 +145,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_text(self, code: int, text: str) -> None:
         data = text.encode()
-        self.code = code
+        self.record(code)
         self.send_response(code)
         self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
@@ -300,7 +309,7 @@ class Handler(BaseHTTPRequestHandler):
         include = query.get("includeObject", "")
         timeout = float(query.get("timeoutSeconds") or WATCH_DEFAULT_TIMEOUT)
         start = query.get("resourceVersion", "")
-        self.code = 200
+        self.record(200)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
