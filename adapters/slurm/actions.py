@@ -508,11 +508,13 @@ class RunOnNodeAction(_SlurmAction):
 
     def plan(self, args: RunOnNodeArguments) -> list[str]:
         command, argv = self._command(args)
-        return [commands.show(commands.srun(args.node, args.reservation, argv, command.env))]
+        return [self.backend.node_run_line(args.node, args.reservation, argv,
+                                  command.env)]
 
     def run(self, args: RunOnNodeArguments, ctx: ActionContext) -> ActionResult:
         command, argv = self._command(args)
-        line = commands.show(commands.srun(args.node, args.reservation, argv, command.env))
+        line = self.backend.node_run_line(args.node, args.reservation, argv,
+                                 command.env)
         (node,) = self._read([args.node], with_jobs=False)
         if "DRAIN" in node.flags or node.state == "down":
             raise ActionError(
@@ -534,7 +536,7 @@ class RunOnNodeAction(_SlurmAction):
         ctx.checkpoint(f"about to run {line}")  # srun itself is not interrupted by a stop
         code, out, err = self.backend.run_on_node(args.node, args.reservation, argv, timeout,
                                                   command.env)
-        details = {"argv": commands.srun(args.node, args.reservation, argv, command.env),
+        details = {"argv": argv, "line": line,
                    "exit_code": code,
                    "stdout": out[-OUTPUT_LIMIT:], "stderr": err[-OUTPUT_LIMIT:]}
         if code != args.expect_exit:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import ClassVar, Protocol
@@ -205,6 +205,12 @@ class SlurmBackend(Protocol):
 
         The job step gets only the allow-listed variables and ``env`` (the node command's
         ``env:``), never the rest of the bot's environment."""
+        ...
+
+    def node_run_line(self, node: str, reservation: str | None, argv: list[str],
+                      env_names: Iterable[str] = ()) -> str:
+        """How ``run_on_node`` runs ``argv``, as a plan shows it (the srun line, or the
+        batch job slurmrestd runs), so what is approved is what this backend does."""
         ...
 
     def accounting(self, start: datetime, end: datetime) -> list[AccountUsage]:

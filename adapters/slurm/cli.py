@@ -12,7 +12,7 @@ import re
 import shlex
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -254,6 +254,10 @@ class CliBackend:
 
     def reboot(self, names: list[str], nextstate: str, reason: str) -> None:
         self.run(commands.reboot(names, nextstate, reason))
+
+    def node_run_line(self, node: str, reservation: str | None, argv: list[str],
+                      env_names: Iterable[str] = ()) -> str:
+        return commands.show(commands.srun(node, reservation, argv, env_names))
 
     def run_on_node(
         self, node: str, reservation: str | None, argv: list[str], timeout: float,

@@ -88,6 +88,13 @@ def reboot(names: list[str], nextstate: str, reason: str) -> list[str]:
             compress(names)]
 
 
+def batch_job_line(node: str, reservation: str | None, argv: list[str]) -> str:
+    """How a plan shows a command the rest backend runs as a batch job (slurmrestd has no
+    srun): the command is the job's argv, never read by a shell."""
+    where = f" in reservation {reservation}" if reservation else ""
+    return f"slurmrestd batch job on {node}{where} (exec, no shell): {show(argv)}"
+
+
 def srun(node: str, reservation: str | None, argv: list[str],
          env_names: Iterable[str] = ()) -> list[str]:
     """srun of one task on ``node``. ``--export=`` names what reaches the job step (besides

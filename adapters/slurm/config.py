@@ -42,6 +42,9 @@ class RestConfig(BaseModel):
     renew_before: float | None = Field(default=None, ge=0)  # default: 10% of life, <= 60 s
     api_version: str | None = Field(default=None, pattern=REST_API_VERSION)  # pin one
     verify: bool | str = True  # TLS: verify (True), a CA bundle file, or not (False)
+    # run_on_node over slurmrestd: a folder the nodes write and the bot reads (shared
+    # filesystem) where a command's batch job leaves its output; unset: run_on_node refused
+    job_output_dir: str | None = Field(default=None, pattern=r"^/")
 
     def token_sources(self) -> list[str]:
         return [name for name in ("token_file", "token_env", "key_file")

@@ -6,11 +6,12 @@ It keeps node states, jobs and reservations as Slurm would and records every cha
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from adapters.slurm import commands
 from adapters.slurm.backend import AccountUsage, Job, NodeInfo, Reservation
 
 if TYPE_CHECKING:
@@ -78,6 +79,10 @@ class FakeSlurm:
 
     def reboot(self, names: list[str], nextstate: str, reason: str) -> None:
         self.calls.append(("reboot", names, nextstate, reason))
+
+    def node_run_line(self, node: str, reservation: str | None, argv: list[str],
+                      env_names: Iterable[str] = ()) -> str:
+        return commands.show(commands.srun(node, reservation, argv, env_names))
 
     def run_on_node(self, node: str, reservation: str | None, argv: list[str],
                     timeout: float, env: Mapping[str, str] | None = None

@@ -83,7 +83,8 @@ class GpuResetAction(GpuGated, _SlurmAction):
     def _lines(self, args: GpuResetArguments) -> dict[str, str]:
         def srun(name: str, extra: list[str]) -> str:
             command, argv = self._command(name, extra)
-            return commands.show(commands.srun(args.node, args.reservation, argv, command.env))
+            return self.backend.node_run_line(args.node, args.reservation, argv,
+                                     command.env)
 
         lines = {"health": srun(args.health_command, [])}
         if args.method == "reset":

@@ -76,7 +76,8 @@ class HealthCheckAction(GpuGated, _SlurmAction):
         return [*self._drain_notes([args.node], args.override_drains),
             commands.show(commands.update_nodes([args.node], "RESUME", None))
             + f" (inside reservation {args.reservation}: no other job lands there)",
-            commands.show(commands.srun(args.node, args.reservation, argv, self._env(args))),
+            self.backend.node_run_line(args.node, args.reservation, argv,
+                              self._env(args)),
             *self._gate_plan(args),
             f"if it fails or does not finish: scontrol update NodeName={args.node} "
             f'State=DRAIN Reason="health check failed: ... {reasons.PLACEHOLDER[:-1]}: '

@@ -91,7 +91,8 @@ class MigApplyAction(_SlurmAction):
         return [
             commands.show(commands.update_nodes([args.node], "RESUME", None))
             + f" (inside reservation {args.reservation}: no other job lands there)",
-            commands.show(commands.srun(args.node, args.reservation, self._argv(args), env)),
+            self.backend.node_run_line(args.node, args.reservation, self._argv(args),
+                              env),
         ]
 
     def run(self, args: MigApplyArguments, ctx: ActionContext) -> ActionResult:
@@ -137,7 +138,8 @@ class CheckGresAction(_SlurmAction):
         if args.gpus is None:
             argv = allowed_argv(self.config.commands, args.count_command, [], "node command",
                                 "slurm.commands")[1]
-            lines.append(commands.show(commands.srun(args.node, args.reservation, argv))
+            lines.append(self.backend.node_run_line(args.node, args.reservation,
+                                                   argv)
                          + "  # one line per GPU")
         wanted = (", ".join(f"gpu:{p}:{n} per GPU" for p, n in sorted(args.per_gpu.items()))
                   if args.per_gpu else "one GPU type, no MIG profile, 1 per GPU")

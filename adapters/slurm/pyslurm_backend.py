@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -278,6 +278,10 @@ class PyslurmBackend:
 
     def reboot(self, names: list[str], nextstate: str, reason: str) -> None:
         raise self._refuse("reboot")
+
+    def node_run_line(self, node: str, reservation: str | None, argv: list[str],
+                      env_names: Iterable[str] = ()) -> str:
+        return commands.show(commands.srun(node, reservation, argv, env_names))
 
     def run_on_node(self, node: str, reservation: str | None, argv: list[str],
                     timeout: float, env: Mapping[str, str] | None = None

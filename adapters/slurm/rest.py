@@ -7,19 +7,20 @@ and refuses, naming what is needed, what that version lacks (``unsupported``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import requests
 
-from adapters.slurm import parsing, restparse
+from adapters.slurm import commands, parsing, restparse
 from adapters.slurm.backend import AccountUsage, Job, NodeInfo, Reservation, SlurmError
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.hostlist import compress
 from adapters.slurm.restauth import TokenSource
 from adapters.slurm.restclient import VERSIONS, RestClient, release
+from adapters.slurm.restjobs import NodeJob
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,9 @@ NEEDS = {
     "dbd_queue": Need("diagnostics (sdiag)", "GET", "/slurm/{v}/diag", "v0.0.38"),
     "requeue": Need("job requeue", "GET", "/slurm/{v}/job/{job_id}/requeue", "v0.0.45"),
     "reboot": Need("node reboot"),
-    "run_on_node": Need("srun (run_on_node needs munge and the Slurm client programs)"),
+    # a command on a node is a batch job pinned to it (restjobs); v0.0.40 reads job.argv
+    "run_on_node": Need("batch job submit with job.argv", "POST", "/slurm/{v}/job/submit",
+                        "v0.0.40"),
 }
 
 
@@ -79,6 +82,10 @@ class RestBackend:
         need = NEEDS.get(operation)
         if need is None:
             return None
+        if operation == "run_on_node" and self.config.rest.job_output_dir is None:
+            return ("a command on a node runs as a slurmrestd batch job, whose output the bot "
+                    "reads from slurm.rest.job_output_dir (a folder shared by the nodes and "
+                    "the bot): set it, or use slurm.backend: cli")
         version = self.client.version
         found = f"slurmrestd {version} ({release(version)})"
         if need.method is None or need.path is None or need.since is None:
@@ -174,11 +181,17 @@ class RestBackend:
     def reboot(self, names: list[str], nextstate: str, reason: str) -> None:
         self._require("reboot")
 
+    def node_run_line(self, node: str, reservation: str | None, argv: list[str],
+                      env_names: Iterable[str] = ()) -> str:
+        return commands.batch_job_line(node, reservation, argv)
+
     def run_on_node(self, node: str, reservation: str | None, argv: list[str],
                     timeout: float, env: Mapping[str, str] | None = None
                     ) -> tuple[int, str, str]:
         self._require("run_on_node")
-        raise SlurmError("run_on_node is not possible over slurmrestd")  # pragma: no cover
+        folder = self.config.rest.job_output_dir
+        assert folder is not None  # _require refuses without it
+        return NodeJob(self.client, folder).run(node, reservation, argv, timeout, env or {})
 
 
 def reservation_body(name: str, nodes: list[str], start: str, duration_seconds: float,

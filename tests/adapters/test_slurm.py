@@ -124,8 +124,10 @@ def make(kind: str, lab: Lab, config: SlurmConfig, runner: RecordingRunner) -> S
     if kind == "cli":
         return CliBackend(config, runner=runner)
     if kind == "rest":
+        outputs = Path(lab["lab_dir"]) / "job-output"  # the nodes' and the bot's shared folder
+        outputs.mkdir(exist_ok=True)
         rest = config.model_copy(update={"backend": "rest", "rest": config.rest.model_copy(
-            update={"key_file": lab["jwt"]["key_file"]})})
+            update={"key_file": lab["jwt"]["key_file"], "job_output_dir": str(outputs)})})
         return RestBackend(SlurmConfig.model_validate(rest.model_dump()))
     try:
         return PyslurmBackend(config.model_copy(update={"backend": "pyslurm"}))
@@ -313,8 +315,11 @@ def test_reservation_create_exists_delete(slurm: Slurm) -> None:
 def test_run_on_node_passes_and_fails_with_the_health_fault(slurm: Slurm) -> None:
     name = f"{PREFIX}-hc"
     slurm.run("slurm.reservation_create", name=name, nodes="gpu02", duration=600)
-    assert slurm.plan("slurm.run_on_node", node="gpu02", reservation=name,
-                      command="health-check")[0].startswith(
+    shown = slurm.plan("slurm.run_on_node", node="gpu02", reservation=name,
+                       command="health-check")[0]
+    assert shown.startswith(
+        f"slurmrestd batch job on gpu02 in reservation {name} (exec, no shell): "
+        if slurm.kind == "rest" else
         f"srun -w gpu02 -N1 -n1 --export=PATH,HOME,USER,LOGNAME,LANG,LC_ALL,TZ "
         f"--reservation={name} -- ")
     ok = slurm.run("slurm.run_on_node", node="gpu02", reservation=name, command="health-check")

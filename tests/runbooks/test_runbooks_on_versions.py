@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.slurm.config import SlurmConfig
 from bot.service import Service
 from tests.lab.fixture import Lab, version_lab
 from tests.lab.kubehelp import wait_until
@@ -133,3 +134,46 @@ def test_restore_slurmdbd(lab: Lab, bot: Service, tmp_path: Path) -> None:
         assert "while-dbd-down|COMPLETED" in jobs
     finally:
         lab.lab("service", "slurmdbd", "start")
+
+
+@pytest.fixture
+def rest_bot(lab: Lab, bot: Service, tmp_path: Path) -> Service:
+    """The same bot on the rest backend: slurmrestd with the lab's JWT key, and a folder the
+    nodes and the bot share for the output of the batch jobs run_on_node submits."""
+    outputs = Path(lab["lab_dir"]) / "job-output"
+    outputs.mkdir(exist_ok=True)
+    slurm = bot.config.slurm.model_dump()
+    slurm.update(backend="rest", rest={
+        "url": lab["slurmrestd"]["url"], "user": lab["jwt"]["user"],
+        "key_file": lab["jwt"]["key_file"], "job_output_dir": str(outputs)})
+    return Service.from_config(bot.config.model_copy(update={
+        "slurm": SlurmConfig.model_validate(slurm)}))
+
+
+def test_resume_node_through_slurmrestd(lab: Lab, rest_bot: Service) -> None:
+    """The health check runs as a batch job pinned to the node inside its reservation and is
+    judged by the job's exit code and output; 24.11's slurmrestd has no reservation writes,
+    so there the request is refused before approval."""
+    if lab["slurm"]["version"] == "24.11":
+        with pytest.raises(Exception, match=r"reservation create.*v0\.0\.43"):
+            rest_bot.request("resume-node", {"node": "gpu01"}, "alice")
+        return
+    outputs = Path(lab["lab_dir"]) / "job-output"
+    try:
+        ex = run(rest_bot, "drain-node", {"node": "gpu01", "reason": "XID 79 on GPU 3"})
+        assert ex.state == "succeeded", ex.error
+        ex = run(rest_bot, "resume-node", {"node": "gpu01"})
+        assert ex.state == "succeeded", ex.error
+        assert node(lab, "gpu01")["state"] == "IDLE"
+        assert "resume-gpu01" not in reservations(lab)
+        ex = run(rest_bot, "drain-node", {"node": "gpu01", "reason": "XID 79 again"})
+        assert ex.state == "succeeded", ex.error
+        assert lab.lab("fault", "gpu01", "health=fail").returncode == 0
+        ex = run(rest_bot, "resume-node", {"node": "gpu01"})
+        assert ex.state == "failed"
+        assert "Fail" in (ex.error or "")  # the diagnostic's own line, from the job's output
+        state = node(lab, "gpu01")
+        assert "DRAIN" in state["state"] and "failed check" in state["reason"]
+        assert list(outputs.iterdir()) == []  # each job's output read and removed
+    finally:
+        resume_everything(lab, "gpu01")
