@@ -18,6 +18,7 @@ Configs are rendered on every start, so `lab service prometheus restart` picks u
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -208,7 +209,8 @@ def prometheus(layout: Layout, ports: Ports, nodes: list[str]) -> Daemon:
         write_configs(layout, ports, nodes)
 
     def ready() -> bool:
-        return http_status(f"{url(ports, PROMETHEUS)}/-/ready") == 200
+        return http_status(f"{url(ports, PROMETHEUS)}/-/ready") == 200 and \
+            every_target_scraped(url(ports, PROMETHEUS))
 
     return Daemon(
         name=PROMETHEUS,
@@ -224,6 +226,18 @@ def prometheus(layout: Layout, ports: Ports, nodes: list[str]) -> Daemon:
         env=_env({}), port=port, logs=[layout.log / "prometheus.out"], ready=ready,
         prepare=prepare,
     )
+
+
+def every_target_scraped(base: str) -> bool:
+    """Each scrape target tried once (up or down): a lab just up then has every node's DCGM
+    series, not an empty Prometheus for its first seconds (the GPU gate reads them)."""
+    try:
+        with urllib.request.urlopen(f"{base}/api/v1/targets?state=active", timeout=5) as answer:
+            targets = json.load(answer)["data"]["activeTargets"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return bool(targets) and all(not str(t.get("lastScrape", "")).startswith("0001-")
+                                 for t in targets)
 
 
 def alertmanager(layout: Layout, ports: Ports, nodes: list[str]) -> Daemon:
