@@ -22,7 +22,7 @@ from adapters.actions import ActionBase, ActionContext, ActionError, ActionResul
 from adapters.actions import StrictArguments as Args
 from adapters.host import HostCommand, allowed_argv, run_command
 from adapters.slurm import hostlist
-from adapters.slurm.backend import SlurmBackend
+from adapters.slurm.backend import SlurmBackend, SlurmError
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.daemons import CliDaemonReads, DaemonReads, NodeDaemon
 from adapters.slurm.versions import parse_version, supported_span, window_problems
@@ -134,7 +134,19 @@ class UpgradeCheckAction(_UpgradeBase):
         return ["read versions: scontrol show config (SLURM_VERSION), sacctmgr show "
                 "configuration (SLURMDBD_VERSION), scontrol show node (Version)",
                 f"refuse unless {args.version} >= every daemon and slurmdbd >= slurmctld >= "
-                f"slurmd after each stage ({span}); changes nothing"]
+                f"slurmd after each stage ({span}); changes nothing",
+                self._window_now(args)]
+
+    def _window_now(self, args: CheckArguments) -> str:
+        """The window as the cluster stands while planning: an upgrade it forbids is refused
+        before any approval; versions that cannot be read now are left to the step."""
+        try:
+            found = self._check(args)
+        except SlurmError as exc:  # Slurm not answering: the step reads again, changing nothing
+            return f"now: versions not readable ({exc}); the step reads them before any change"
+        except ActionError as exc:
+            raise ActionError(f"the version window refuses this upgrade: {exc}") from exc
+        return f"now: {found.summary}"
 
     def run(self, args: CheckArguments, ctx: ActionContext) -> ActionResult:
         try:

@@ -24,6 +24,7 @@ from adapters.actions import (
 )
 from adapters.host import HostCommand
 from adapters.mariadb import DumpArguments
+from adapters.slurm.backend import SlurmctldUnreachable
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.daemons import NodeDaemon, node_daemons_from, settings
 from adapters.slurm.fake import FakeSlurm
@@ -144,7 +145,7 @@ class Daemons:
     def controller(self) -> dict[str, str]:
         if self.away.get("slurmctld", 0) > 0:
             self.away["slurmctld"] -= 1
-            raise ActionError("slurmctld is not answering")
+            raise SlurmctldUnreachable("slurmctld is not answering")  # as CliDaemonReads
         return {"SLURM_VERSION": self.ctld, "StateSaveLocation": self.state_save}
 
     def dbd_version(self) -> str:
@@ -213,6 +214,20 @@ def test_the_check_changes_nothing_and_names_the_versions() -> None:
     assert not result.changed and daemons.calls == []
     assert result.summary.startswith("window ok: slurmdbd 22.05.8, slurmctld 22.05.8, slurmd "
                                      "22.05.8 -> 22.05.8 (at most 2 releases apart)")
+
+
+def test_the_plan_shows_the_window_now_and_refuses_an_upgrade_it_forbids() -> None:
+    slurm, daemons = cluster()
+    check = action(UpgradeCheckAction, slurm, daemons)
+    shown = check.plan(CheckArguments(version="22.05.11", nodes=NODES))
+    assert shown[-1].startswith("now: window ok: slurmdbd 22.05.8, slurmctld 22.05.8")
+    with pytest.raises(ActionError, match=r"^the version window refuses this upgrade: slurmdbd "
+                                          r"runs 22.05.8, 7 releases behind 26.05.5"):
+        check.plan(CheckArguments(version="26.05.5", nodes=NODES))
+    assert daemons.calls == []  # planning read, never installed
+    daemons.away["slurmctld"] = 1  # not answering while planning: the step reads again
+    assert "now: versions not readable (slurmctld is not answering)" in \
+        check.plan(CheckArguments(version="26.05.5", nodes=NODES))[-1]
 
 
 def test_the_check_refuses_before_anything_runs() -> None:

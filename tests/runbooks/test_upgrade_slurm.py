@@ -141,3 +141,21 @@ def test_a_cancel_during_the_slurmdbd_stage(lab: Lab, bot: Service, tmp_path: Pa
     assert steps(slow, ex.id, "step_started") == ["window", "backup", "slurmdbd"]
     assert pid(lab, "slurmctld") == controller
     assert lab.run("sacctmgr", "-n", "list", "account").returncode == 0  # slurmdbd is back
+
+
+def test_an_upgrade_past_the_window_is_refused_when_planned(lab: Lab, bot: Service,
+                                                            tmp_path: Path) -> None:
+    """22.05 to 26.05 is seven releases: refused at the request, before any approval, with
+    the daemons' versions read then; nothing is requested, dumped or installed."""
+    before = {daemon: pid(lab, daemon) for daemon in ("slurmdbd", "slurmctld")}
+    def executions() -> int:
+        with bot.db.connect() as conn:
+            return len([e for e in audit.events(conn) if e["execution_id"] is not None])
+
+    executions_before = executions()
+    with pytest.raises(Exception, match=r"the version window refuses this upgrade: slurmdbd "
+                                        r"runs 22\.05\.\d+, 7 releases behind 26\.05\.5"):
+        bot.request("upgrade-slurm", params(lab, tmp_path, version="26.05.5"), "alice")
+    assert executions() == executions_before
+    assert {daemon: pid(lab, daemon) for daemon in before} == before
+    assert not (tmp_path / "acct.sql").exists()
