@@ -23,7 +23,7 @@ from tests.lab.kubehelp import (
     settled,
     wait_until,
 )
-from tests.runbooks.test_slurm_runbooks import bot, node, resume_everything, run
+from tests.runbooks.test_slurm_runbooks import bot, events, node, resume_everything, run
 
 pytestmark = pytest.mark.lab
 __all__ = ["bot"]  # the fixture, shared with the Slurm runbook tests
@@ -133,6 +133,10 @@ def test_restore_etcd_brings_the_keys_back(lab: Lab, bot: Service, tmp_path: Pat
             "previous_data_dir": current, "safety_snapshot": str(tmp_path / "safety.db"),
             "known_key": "/registry/grblab/config/a"}, approvers=("carol", "dave"))
         assert ex.state == "succeeded", ex.error
+        checked = [e["data"] for e in events(bot, ex.id) if e["kind"] == "check_evaluated"]
+        assert {c["check"] for c in checked if c["passed"]} >= {
+            "Prometheus sees every etcd member up", "every etcd member has a leader",
+            "the etcd cluster has exactly one leader"}
         assert etcdctl(lab, "get", "/registry/grblab/config/a", "--print-value-only").strip() == (
             lab["etcd"]["seed_keys"]["/registry/grblab/config/a"])
         assert etcdctl(lab, "get", "/registry/grblab/config/after").strip() == ""
@@ -141,6 +145,29 @@ def test_restore_etcd_brings_the_keys_back(lab: Lab, bot: Service, tmp_path: Pat
         assert lab.lab("etcd-switch", lab["etcd"]["default_data_dir"]).returncode == 0
         for key, value in lab["etcd"]["seed_keys"].items():
             etcdctl(lab, "put", key, value)
+        etcdctl(lab, "del", "/registry/grblab/config/after")
+
+
+def test_a_restore_prometheus_cannot_see_is_switched_back(lab: Lab, bot: Service,
+                                                         tmp_path: Path) -> None:
+    """No etcd series in Prometheus (here: a job name nobody scrapes) fails the post-check:
+    the run fails naming the query, and etcd is switched back to the data it ran on."""
+    snapshot = tmp_path / "before.db"
+    etcdctl(lab, "snapshot", "save", str(snapshot))
+    etcdctl(lab, "put", "/registry/grblab/config/after", "written after the snapshot")
+    current = lab["etcd"]["data_dir"]
+    try:
+        ex = run(bot, "restore-etcd", {
+            "snapshot": str(snapshot), "data_dir": str(tmp_path / "restored"),
+            "previous_data_dir": current, "safety_snapshot": str(tmp_path / "safety.db"),
+            "etcd_job": "no-such-job"}, approvers=("carol", "dave"))
+        assert ex.state == "failed"
+        assert 'no data for up{job="no-such-job"}' in (ex.error or "")
+        # switched back: the key written after the snapshot is there again
+        assert etcdctl(lab, "get", "/registry/grblab/config/after",
+                       "--print-value-only").strip() == "written after the snapshot"
+    finally:
+        assert lab.lab("etcd-switch", lab["etcd"]["default_data_dir"]).returncode == 0
         etcdctl(lab, "del", "/registry/grblab/config/after")
 
 

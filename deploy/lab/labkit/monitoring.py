@@ -123,6 +123,10 @@ scrape_configs:
         target_label: instance
       - target_label: __address__
         replacement: 127.0.0.1:{ports.service(DCGM)}
+  # etcd's own /metrics on its client port: restore-etcd checks its members through it.
+  - job_name: etcd
+    static_configs:
+      - targets: ["127.0.0.1:{ports.service("etcd")}"]
 """
 
 
