@@ -1,12 +1,9 @@
 """``run_on_node`` over slurmrestd: the command as a batch job pinned to the node (inside its
-maintenance reservation), judged by its exit code through the job API.
-
-slurmrestd has no srun: a batch job is the one way it starts a program on a node. The job's
-script is fixed, ``exec "$@"``, and the command is its argument vector (``job.argv``), so no
-word of the command is ever read by a shell. slurmrestd returns no job output, so the job
-writes stdout and stderr to ``slurm.rest.job_output_dir`` (a folder the nodes write and the
-bot reads: a shared filesystem), under names nobody can guess; the bot reads and removes them.
-The job's time limit is the command's timeout, so Slurm ends it even if the bot dies.
+maintenance reservation), judged by its exit code through the job API. The script is fixed,
+``exec "$@"``, and the command is the job's ``argv``: no word of it is read by a shell.
+slurmrestd returns no output, so the job writes it to ``slurm.rest.job_output_dir`` (shared
+by the nodes and the bot) under unguessable names; the bot reads and removes them. The job's
+time limit is the command's timeout, so Slurm ends it even if the bot dies.
 """
 
 from __future__ import annotations
