@@ -107,7 +107,7 @@ class GpuGate:
               sleep: Callable[[float], None]) -> int:
         """Presence and alerts now, then the error counters and alerts for ``settle``
         seconds; GateFailed with the verdict at the first problem. Returns the reads."""
-        self._now()
+        self.now()
         watch = ErrorWatch(self.backend, [self.node])
         try:
             watch.start()
@@ -123,14 +123,53 @@ class GpuGate:
                 raise GateFailed(str(exc)) from exc
             if rising:
                 raise GateFailed("new GPU errors while settling: " + "; ".join(rising[:5]))
-            self._now()
+            self.now()
             reads += 1
         return reads
 
-    def _now(self) -> None:
+    def now(self) -> None:
+        """Presence and alerts as they are; GateFailed with the verdict."""
         problem = self.presence()
         if problem:
             raise GateFailed(problem)
         firing = self.firing()
         if firing:
             raise GateFailed(f"GPU alert(s) for {self.node}: " + "; ".join(firing[:5]))
+
+
+def gate_nodes(backend: PrometheusBackend, expect: dict[str, int], settle: float,
+               ctx: ActionContext, sleep: Callable[[float], None],
+               poll: float = 2.0) -> dict[str, str]:
+    """The gate over a set of nodes at once (resume-nodes): presence and alerts of each, then
+    one watch of all their XID/ECC counters for ``settle``, then presence and alerts again.
+    Returns each failing node's verdict; a node not named passed. Fail closed: Prometheus
+    not answering fails every node still being judged."""
+    gates = {node: GpuGate(backend, node, count, poll) for node, count in expect.items()}
+    failed = _now_failing(gates)
+    judged = [node for node in gates if node not in failed]
+    if not judged:
+        return failed
+    watch = ErrorWatch(backend, judged)
+    try:
+        watch.start()
+        ends = time.monotonic() + settle
+        while time.monotonic() < ends and len(failed) < len(gates):
+            ctx.checkpoint(f"watching the GPUs of {len(judged)} node(s) settle")
+            sleep(max(0.01, ctx.pause(min(poll, ends - time.monotonic()))))
+            for problem in watch.problems():
+                node = problem.split(":", 1)[0]
+                if node in gates and node not in failed:
+                    failed[node] = f"new GPU errors while settling: {problem}"
+    except ActionError as exc:
+        return {**failed, **{node: str(exc) for node in judged if node not in failed}}
+    return {**failed, **_now_failing({n: g for n, g in gates.items() if n not in failed})}
+
+
+def _now_failing(gates: dict[str, GpuGate]) -> dict[str, str]:
+    failed = {}
+    for node, gate in gates.items():
+        try:
+            gate.now()
+        except GateFailed as exc:
+            failed[node] = str(exc)
+    return failed

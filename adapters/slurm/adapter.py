@@ -11,7 +11,7 @@ from adapters.registry import Adapter, Built
 from adapters.slurm.actions import ACTION_CLASSES, SlurmActions
 from adapters.slurm.backends import make_backend
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.fleet import FLEET_ACTIONS
+from adapters.slurm.fleet import FLEET_ACTIONS, DrainBatchesAction, ResumeBatchesAction
 from adapters.slurm.gpureset import GpuResetAction
 from adapters.slurm.health import HealthCheckAction
 from adapters.slurm.mig import MIG_ACTIONS
@@ -34,7 +34,9 @@ def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
                              *(cls(backend, config) for cls in POOL_ACTIONS),
                              *(cls(backend, config) for cls in MIG_ACTIONS),
                              *(cls(backend, config) for cls in UPGRADE_ACTIONS),
-                             *(cls(backend, config) for cls in FLEET_ACTIONS)]
+                             DrainBatchesAction(backend, config),
+                             ResumeBatchesAction(backend, config, prometheus=prometheus,
+                                                 gpu_settle=settle)]
     return Built(actions, backend)
 
 

@@ -10,12 +10,14 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
+from adapters.actions import ActionContext, ActionError, ActionResult, Seconds, StrictArguments
 from adapters.fleetstatus import NodeStates
+from adapters.prometheus.gate import GpuGated, gate_for, gate_nodes
 from adapters.slurm import commands, reasons
 from adapters.slurm.actions import _check_text, _NodesArguments, _SlurmAction
 from adapters.slurm.backend import NodeInfo
 from adapters.slurm.hostlist import compress
+from kit.durations import format_duration
 
 PLACEHOLDER = reasons.PLACEHOLDER
 
@@ -46,6 +48,11 @@ class ResumeBatchesArguments(_NodesArguments):
     # False: nodes left drained are said in the summary, not raised, so the steps after this
     # one (resume-nodes' Kubernetes side) still run and a post-check fails the run
     fail_on_left: bool = True
+    # before the resume: each node's GPUs in DCGM through Prometheus (prometheus/gate.py,
+    # all nodes watched at once for `settle` seconds; null: prometheus.gpu_settle); a node
+    # that fails stays drained, marked as a failed check with the verdict
+    gpu_telemetry: bool = False
+    settle: Seconds | None = Field(default=None, le=3600)
 
 
 ALREADY = "drained already (not by this run)"
@@ -93,7 +100,7 @@ class DrainBatchesAction(_SlurmAction):
         return ActionResult(summary, details)
 
 
-class ResumeBatchesAction(_SlurmAction):
+class ResumeBatchesAction(GpuGated, _SlurmAction):
     name: ClassVar[str] = "slurm.resume_batches"
     Arguments: ClassVar[type[StrictArguments]] = ResumeBatchesArguments
     needs: ClassVar[tuple[str, ...]] = ("update_nodes",)
@@ -102,8 +109,37 @@ class ResumeBatchesAction(_SlurmAction):
         which = (f"  # only the nodes whose reason ends {PLACEHOLDER}" if args.only_this_run
                  else "  # drained or down nodes")
         notes = [] if args.only_this_run else self._drain_notes(args.names, args.override_drains)
-        return notes + [commands.show(commands.update_nodes(batch, "RESUME", None)) + which
-                        for batch in batches(args.names, args.batch_size)]
+        return notes + self._gate_plan(args) + [
+            commands.show(commands.update_nodes(batch, "RESUME", None)) + which
+            for batch in batches(args.names, args.batch_size)]
+
+    def _gate_plan(self, args: ResumeBatchesArguments) -> list[str]:
+        if not args.gpu_telemetry:
+            return []
+        gate_for(self.prometheus, args.hostlist, 0, "resume-nodes")  # refused without one
+        return [f"first, DCGM in Prometheus: every GPU of each node (its gres) reports, no GPU "
+                f"alert fires for it, and for {format_duration(self.settle_for(args.settle))} "
+                "no XID or ECC counter rises; a node that fails stays drained with the "
+                "verdict, marked as a failed check"]
+
+    def _gate(self, nodes: dict[str, NodeInfo], todo: set[str], args: ResumeBatchesArguments,
+              ctx: ActionContext) -> dict[str, str]:
+        """The nodes about to return that fail the GPU gate, drained again with the verdict
+        (kept after another owner's reason); the others pass."""
+        if not args.gpu_telemetry or not todo:
+            return {}
+        prometheus = gate_for(self.prometheus, args.hostlist, 0, "resume-nodes").backend
+        settle = self.settle_for(args.settle)
+        ctx.progress(f"watching the GPUs of {len(todo)} node(s) in DCGM for "
+                     f"{format_duration(settle)} before they return")
+        expect = {n: nodes[n].gpus_total for n in sorted(todo) if nodes[n].gpus_total}
+        failed = gate_nodes(prometheus, expect, settle, ctx, self._sleep) if expect else {}
+        for node, verdict in failed.items():
+            ours = reasons.marked(f"GPU telemetry: {verdict}", ctx.execution_id,
+                                  failed_check=True)
+            kept = reasons.without(nodes[node].reason, ctx.execution_id)
+            self.backend.update_nodes([node], "DRAIN", reasons.joined(kept, ours))
+        return {node: f"failed the GPU gate: {verdict}" for node, verdict in failed.items()}
 
     def _ours(self, node: NodeInfo, args: ResumeBatchesArguments, ctx: ActionContext) -> bool:
         if args.only_this_run:
@@ -116,6 +152,8 @@ class ResumeBatchesAction(_SlurmAction):
                  self._not_liftable(list(nodes.values()), args.override_drains))
         todo = {name for name in args.names
                 if name not in stays and self._ours(nodes[name], args, ctx)}
+        gated = self._gate(nodes, todo, args, ctx)
+        stays, todo = {**stays, **gated}, todo - set(gated)
         done: list[str] = []
         for batch in batches(args.names, args.batch_size):
             chosen = [name for name in batch if name in todo]

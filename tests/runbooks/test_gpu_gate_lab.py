@@ -85,3 +85,26 @@ def test_a_kubernetes_node_missing_a_gpu_stays_cordoned(lab: Lab, bot: Service) 
         assert seen["metadata"]["annotations"][FAILED_CHECK].startswith("GPU telemetry: ")
     finally:
         assert lab.lab("reset", timeout=120).returncode == 0  # cordons, faults, pods' places
+
+
+def test_resume_nodes_returns_the_good_nodes_and_keeps_the_one_missing_a_gpu(
+        lab: Lab, bot: Service) -> None:
+    """resume-nodes gates every Slurm node before it returns: gpu03 (all GPUs, no error)
+    goes back; gpu02 (GPU 3 off the bus) stays drained with the verdict added after the
+    drain-nodes reason, marked as a failed check, and the run fails naming it."""
+    try:
+        drained = run(bot, "drain-nodes", {"nodes": "gpu[02-03]", "reason": "rack 1 work",
+                                           "timeout": "1m"})
+        assert drained.state == "succeeded", drained.error
+        lab.lab("fault", "gpu02", "gpu_missing=3")
+        time.sleep(2.5)  # two scrapes: the series is gone from Prometheus (staleness marker)
+        ex = run(bot, "resume-nodes", {"nodes": "gpu[02-03]"})
+        assert ex.state == "failed"
+        assert node(lab, "gpu03")["state"] == "IDLE"
+        reason = node(lab, "gpu02")["reason"]
+        assert reason.startswith(f"rack 1 work (execution {drained.id})"), reason
+        assert "GPU telemetry: DCGM reports 7 of 8 GPUs of gpu02: GPU 3 missing" in reason
+        assert reason.endswith(f"(execution {ex.id}: failed check)")
+        assert "gpu02" in (ex.error or "")
+    finally:
+        resume_everything(lab, "gpu02", "gpu03")
