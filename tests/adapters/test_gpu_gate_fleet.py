@@ -25,9 +25,10 @@ NODES = ["gpu01", "gpu02", "gpu03"]
 class Fleet:
     """A PrometheusBackend over the nodes' dcgm-exporters: GPUs per node, XID counters."""
 
-    def __init__(self) -> None:
-        self.gpus = {node: set(range(8)) for node in NODES}
-        self.xids = {node: 0.0 for node in NODES}
+    def __init__(self, nodes: list[str] | None = None) -> None:
+        self.nodes = list(nodes or NODES)
+        self.gpus = {node: set(range(8)) for node in self.nodes}
+        self.xids = {node: 0.0 for node in self.nodes}
         self.down: PrometheusError | None = None
         self.error_reads = 0
         self.xid_at_read: tuple[str, int] | None = None  # (node, read): an XID mid-settle
@@ -43,8 +44,9 @@ class Fleet:
         self.error_reads += 1
         if self.xid_at_read and self.error_reads >= self.xid_at_read[1]:
             self.xids[self.xid_at_read[0]] = 1.0
+        named = set(re.findall(r"[A-Za-z0-9_.]+", promql))
         return [Sample({"Hostname": n, "gpu": "0", "__name__": "DCGM_EXP_XID_ERRORS_COUNT"},
-                       self.xids[n]) for n in NODES if n in promql]
+                       self.xids[n]) for n in self.nodes if n in named]
 
     def query_range(self, promql: str, start: datetime | float, end: datetime | float,
                     step: float | str, *, timeout: float | None = None) -> list[Series]:

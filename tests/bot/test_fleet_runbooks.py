@@ -15,7 +15,7 @@ import pytest
 
 from adapters.slurm import hostlist
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.fleet import FLEET_ACTIONS
+from adapters.slurm.fleet import DrainBatchesAction, ResumeBatchesAction
 from bot.config import GuardsConfig, PoolFloors
 from bot.execution.checks.capacity import CapacityEvaluator
 from bot.execution.checks.core import Checks
@@ -27,6 +27,7 @@ from bot.service import Service
 from bot.surfaces.rendering import plan_text, status_text
 from bot.surfaces.slack.blocks import progress_message
 from kit.errors import Refused
+from tests.adapters.test_gpu_gate_fleet import Fleet
 from tests.bot.schedule.windowfakes import Systems
 from tests.conftest import BotFactory
 
@@ -48,8 +49,11 @@ def fleet_bot(make_bot: BotFactory, slurm: list[str], k8s: list[str],
                           kubernetes=frozenset(k8s))
     bot.inventory = inventory
     bot.catalogue = Catalogue([*bot.catalogue._actions.values(), *systems.actions(),
-                               *(cls(systems.slurm, SlurmConfig(), lambda s: None)
-                                 for cls in FLEET_ACTIONS)], KNOWN)
+                               DrainBatchesAction(systems.slurm, SlurmConfig(), lambda s: None),
+                               # the GPU gate over a DCGM where every node reports 8 GPUs
+                               ResumeBatchesAction(systems.slurm, SlurmConfig(), lambda s: None,
+                                                   prometheus=Fleet(nodes), gpu_settle=0.01)],
+                              KNOWN)
     bot.checks = Checks({"capacity": CapacityEvaluator(
         inventory, systems.slurm, systems.kubernetes, site_floors=site),
         "slurm": SlurmEvaluator(systems.slurm)}, sleep=lambda s: None)
