@@ -17,7 +17,7 @@ from adapters.prometheus.backend import PrometheusError, Sample, Series
 from adapters.prometheus.gate import gate_nodes
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fake import FakeSlurm
-from adapters.slurm.fleet import ResumeBatchesAction
+from adapters.slurm.fleet import ResumeBatchesAction, ResumeBatchesArguments
 
 NODES = ["gpu01", "gpu02", "gpu03"]
 
@@ -95,8 +95,8 @@ def resume(fleet: Fleet | None, **args: Any) -> tuple[FakeSlurm, Any]:
     slurm.update_nodes(NODES, "DRAIN", "rack work (execution 5)")
     action = ResumeBatchesAction(slurm, SlurmConfig(), lambda s: None, prometheus=fleet,
                                  gpu_settle=0.05)
-    parsed = action.Arguments.model_validate({"nodes": "gpu[01-03]", "fail_on_left": False,
-                                              "gpu_telemetry": True, **args})
+    parsed = ResumeBatchesArguments.model_validate({"nodes": "gpu[01-03]", "fail_on_left": False,
+                                                    "gpu_telemetry": True, **args})
     return slurm, action.run(parsed, ctx())
 
 
@@ -119,5 +119,5 @@ def test_without_prometheus_the_gate_is_refused_at_plan_and_run() -> None:
     slurm = FakeSlurm(NODES)
     action = ResumeBatchesAction(slurm, SlurmConfig(), lambda s: None)
     with pytest.raises(ActionError, match="gpu_telemetry=false"):
-        action.plan(action.Arguments.model_validate({"nodes": "gpu[01-03]",
-                                                     "gpu_telemetry": True}))
+        action.plan(ResumeBatchesArguments.model_validate({"nodes": "gpu[01-03]",
+                                                           "gpu_telemetry": True}))

@@ -142,6 +142,7 @@ def rest_bot(lab: Lab, bot: Service, tmp_path: Path) -> Service:
     nodes and the bot share for the output of the batch jobs run_on_node submits."""
     outputs = Path(lab["lab_dir"]) / "job-output"
     outputs.mkdir(exist_ok=True)
+    assert bot.config.slurm is not None
     slurm = bot.config.slurm.model_dump()
     slurm.update(backend="rest", rest={
         "url": lab["slurmrestd"]["url"], "user": lab["jwt"]["user"],
