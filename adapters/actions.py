@@ -97,6 +97,9 @@ class ActionContext:
     # verdict, when taking these nodes (the bot's names) out now would leave a pool under
     # its floor. An action that takes nodes out in batches calls guard_capacity before each.
     capacity_guard: Callable[[Sequence[str]], str] | None = None
+    # the details of an earlier step of this execution that succeeded, by step id (None when
+    # it did not run or did not succeed): swap-gpu's check reads the GPU's identity before
+    earlier: Callable[[str], Mapping[str, Any] | None] = lambda step_id: None
 
     def remaining(self) -> float:
         """Seconds left before the deadline (never negative)."""

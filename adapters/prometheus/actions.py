@@ -1,4 +1,6 @@
-"""The ``prom.wait`` action: poll an instant query until every series satisfies ``expect``.
+"""The ``prom.*`` actions: ``prom.wait`` here, ``prom.gpu_errors_hold`` (soak.py) and
+``prom.gpu_identity`` (identity.py). ``prom.wait`` polls an instant query until every series
+satisfies ``expect``.
 
 It fails closed: no series never satisfies it, and every series is judged on its own.
 Checks (``promql`` + ``expect``) are the bot's; this action is for steps that must wait.
@@ -30,6 +32,7 @@ from adapters.prometheus.backend import (
     Sample,
 )
 from adapters.prometheus.config import PrometheusConfig
+from adapters.prometheus.identity import GpuIdentityAction
 from adapters.prometheus.promql import Expectation
 from adapters.prometheus.soak import ErrorsHoldAction
 from adapters.prometheus.verdict import judge, listing
@@ -128,7 +131,7 @@ class WaitAction(ActionBase[PrometheusBackend, PrometheusConfig]):
 
 
 ACTION_CLASSES: tuple[type[ActionBase[PrometheusBackend, PrometheusConfig]], ...] = (
-    WaitAction, ErrorsHoldAction)
+    WaitAction, ErrorsHoldAction, GpuIdentityAction)
 
 
 class PrometheusActions(ConnectingActionSet[PrometheusBackend, PrometheusConfig]):

@@ -27,6 +27,7 @@ from adapters.host import OUTPUT_LIMIT, allowed_argv
 from adapters.prometheus.gate import GateFailed, GpuGate, GpuGated, gate_for
 from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _SlurmAction
+from adapters.slurm.identity import EvidenceFailed, identity_argv, swap_evidence
 from kit.durations import format_duration
 
 REDRAIN_SECONDS = 300.0  # how long a node the check resumed is drained again, at most
@@ -48,6 +49,11 @@ class HealthCheckArguments(StrictArguments):
     gpu_telemetry: bool = False
     settle: Seconds | None = Field(default=None, le=3600)
     dcgm_name: str = Field(default="", pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    # swap-gpu: then GPU identity_gpu's UUID and serial (node command identity_command) must
+    # be DCGM's and none of those step identity_before read (adapters/slurm/identity.py)
+    identity_gpu: int | None = Field(default=None, ge=0, le=15)
+    identity_command: str = "gpu-identity"
+    identity_before: str = ""
 
 
 class HealthCheckAction(GpuGated, _SlurmAction):
@@ -79,6 +85,7 @@ class HealthCheckAction(GpuGated, _SlurmAction):
             self.backend.node_run_line(args.node, args.reservation, argv,
                               self._env(args)),
             *self._gate_plan(args),
+            *self._evidence_plan(args),
             f"if it fails or does not finish: scontrol update NodeName={args.node} "
             f'State=DRAIN Reason="health check failed: ... {reasons.PLACEHOLDER[:-1]}: '
             'failed check)"',
@@ -90,6 +97,17 @@ class HealthCheckAction(GpuGated, _SlurmAction):
         (node,) = self._read([args.node], with_jobs=False)
         settle = self.settle_for(args.settle)
         return ["then " + self._gate(args, node.gpus_total).describe(settle)]
+
+    def _evidence_plan(self, args: HealthCheckArguments) -> list[str]:
+        if args.identity_gpu is None:
+            return []
+        gate_for(self.prometheus, args.dcgm_name or args.node, 0,
+                 f"the swap evidence of {args.node}")  # refused without Prometheus
+        argv = identity_argv(self, args.identity_command)
+        return [f"then GPU {args.identity_gpu}'s UUID and serial, read by "
+                + self.backend.node_run_line(args.node, args.reservation, argv)
+                + f", must be DCGM's and not those step {args.identity_before} read before "
+                "the swap; else drained again with the verdict"]
 
     def run(self, args: HealthCheckArguments, ctx: ActionContext) -> ActionResult:
         argv = self._argv(args)
@@ -112,8 +130,11 @@ class HealthCheckAction(GpuGated, _SlurmAction):
                                  "responding")
             ctx.checkpoint(f"about to check {args.node}")  # srun is not interrupted by a stop
             passed = self._check(args, argv, ctx)
-            return self._telemetry(args, node.gpus_total, passed, ctx)
-        except _CheckFailed as exc:
+            passed = self._telemetry(args, node.gpus_total, passed, ctx)
+            if args.identity_gpu is None:
+                return passed
+            return swap_evidence(self, args, passed, ctx)
+        except (_CheckFailed, EvidenceFailed) as exc:
             raise ActionError(str(exc)) from exc
         except Exception as exc:  # never leave a node we resumed in service unchecked
             if not resumed:

@@ -634,6 +634,7 @@ class Engine:
             progress=lambda line: self.report(ex.id, f"step {step.id}: {line}"),
             status=lambda data: self._save_status(claim, ex, step, phase, data),
             capacity_guard=capacity_guard.batch_guard(ex.plan, self.bot.checks.evaluate),
+            earlier=lambda step_id: self._earlier(ex.id, step_id),
         )
         box: dict[str, Any] = {}
 
@@ -652,6 +653,16 @@ class Engine:
             if not worker.is_alive():
                 claim.running.pop(id(ctx), None)
         return _outcome(box, ctx, timeout)
+
+    def _earlier(self, execution_id: int, step_id: str) -> Mapping[str, Any] | None:
+        """The details an earlier step of the execution succeeded with (ActionContext.earlier),
+        as recorded on its step row: also after a restart of the engine."""
+        with self.bot.db.connect() as conn:
+            found = executions.step_states_of(conn, execution_id).get(("do", step_id))
+        if found is None or found.state != "succeeded" or not found.result:
+            return None
+        details = found.result.get("details")
+        return details if isinstance(details, Mapping) else None
 
     def _save_status(self, claim: Claim, ex: Execution, step: PlannedStep, phase: str,
                      data: Mapping[str, Any]) -> None:

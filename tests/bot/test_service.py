@@ -14,7 +14,9 @@ import pytest
 from sqlalchemy import select
 
 from adapters.actions import Action
+from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.fake import FakePrometheus
+from adapters.prometheus.identity import GpuIdentityAction
 from adapters.slurm import hostlist
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.health import HealthCheckAction
@@ -240,12 +242,15 @@ def shipped_bot(make_bot: BotFactory, url: str, names: tuple[str, ...]) -> Servi
     systems = Systems(["gpu01", "gpu02", "gpu03", "gpu04"], ["gpu04"])
     bot = make_bot({name: (RUNBOOKS / f"{name}.yaml").read_text() for name in names}, url=url)
     commands = {name: {"argv": ["true"], "accepts_args": True}
-                for name in ("driver-install", "driver-version", "health-check")}
+                for name in ("driver-install", "driver-version", "health-check",
+                             "gpu-identity")}
     slurm = SlurmConfig.model_validate({"commands": commands})
     extra: list[Action] = [HealthCheckAction(systems.slurm, slurm, lambda s: None,
                                                prometheus=FakePrometheus([])),  # planned only
                            DriverRolloutAction(systems.slurm, slurm, lambda s: None,
-                                               prometheus=FakePrometheus([]))]
+                                               prometheus=FakePrometheus([])),
+                           GpuIdentityAction(FakePrometheus([]), PrometheusConfig(
+                               url="http://prometheus:9090"))]  # planned only
     bot.catalogue = Catalogue([*bot.catalogue._actions.values(), *systems.actions(), *extra],
                               KNOWN)
     return systems.guarding(bot)

@@ -227,6 +227,7 @@ class Run:
     logs: list[Path] = field(default_factory=list)
     execution_id: int = 0
     confirm: bool = False  # answer "GPU replaced?" (chat.confirm) with yes once it is asked
+    swapped: bool = False  # the lab's GPU 3 of NODE was swapped before the answer
     standby: subprocess.Popen[str] | None = None  # the second engine
 
     # --- processes
@@ -301,6 +302,9 @@ class Run:
     def answer(self) -> None:
         kinds = {e["kind"] for e in self.events()}
         if "confirmation_requested" in kinds and "confirmed" not in kinds:
+            if not self.swapped:  # the technician replaces GPU 3 (a new serial and UUID)
+                assert self.lab.lab("swap", NODE, "3").returncode == 0
+                self.swapped = True
             with contextlib.suppress(Refused):  # not running just now (held, being resumed)
                 self.bot.confirm(self.execution_id, "alice", True, "GPU swapped (matrix)")
 

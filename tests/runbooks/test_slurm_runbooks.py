@@ -8,6 +8,7 @@ break-glass, and no request goes under the site floor."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -24,7 +25,7 @@ from bot.execution.executions import Execution
 from bot.service import Service
 from bot.store import audit
 from kit.errors import Refused
-from tests.lab.fixture import Lab, slurm_clients
+from tests.lab.fixture import Lab, lab_command, slurm_clients
 
 pytestmark = pytest.mark.lab
 
@@ -204,9 +205,24 @@ def test_open_and_close_maintenance(lab: Lab, bot: Service) -> None:
         resume_everything(lab)
 
 
-def confirm_when_asked(yes: bool = True) -> Callable[[Service, int], None]:
+def swap_in_lab(bot: Service, execution_id: int) -> None:
+    """What the DC technician does before saying yes: `lab swap NODE GPU` (a new serial and
+    UUID) for the execution's node and GPU, in the lab the bot's configuration points at."""
+    params = bot.get(execution_id).plan.params
+    assert bot.config.slurm is not None and bot.config.slurm.slurm_conf is not None
+    folder = Path(bot.config.slurm.slurm_conf).parents[1]
+    done = lab_command("swap", str(params["node"]), str(params["gpu"]),
+                       env=dict(os.environ, RUNBOOK_LAB_DIR=str(folder)))
+    assert done.returncode == 0, done.stderr
+
+
+def confirm_when_asked(yes: bool = True, swap: bool = True) -> Callable[[Service, int], None]:
+    """Answer swap-gpu's "GPU replaced?" once asked; with ``swap`` (and yes), the GPU is
+    swapped in the lab first, as the technician would have."""
     def answer(bot: Service, execution_id: int) -> None:
         wait_for_event(bot, execution_id, "confirmation_requested")
+        if yes and swap:
+            swap_in_lab(bot, execution_id)
         bot.confirm(execution_id, "alice", yes, "swapped by the DC technician")
 
     return answer

@@ -18,6 +18,8 @@ Fault keys (all optional):
   driver=VERSION      the DCGM_FI_DRIVER_VERSION label
   vbios=VERSION       the DCGM_FI_DEV_VBIOS_VERSION label of every GPU of the node (default
                       VBIOS); the InfoROM image (DCGM_FI_DEV_INFOROM_IMAGE_VER) is INFOROM
+  swaps={"G": N}      `lab swap NODE G`: GPU G was replaced N times; its UUID and
+                      DCGM_FI_DEV_SERIAL labels follow (as deploy/lab/labbin/fakegpu.py's)
 """
 from __future__ import annotations
 
@@ -61,11 +63,12 @@ class Gpu:
     index: int
     driver: str
     vbios: str = VBIOS
+    swap: int = 0  # times this GPU was replaced (`lab swap`)
 
     def labels(self) -> list[tuple[str, str]]:
         return [
             ("gpu", str(self.index)),
-            ("UUID", gpu_uuid(self.node, self.index)),
+            ("UUID", gpu_uuid(self.node, self.index, self.swap)),
             ("pci_bus_id", f"00000000:{PCI_BUSES[self.index % len(PCI_BUSES)]}:00.0"),
             ("device", f"nvidia{self.index}"),
             ("modelName", MODEL),
@@ -74,6 +77,7 @@ class Gpu:
             ("DCGM_FI_DRIVER_VERSION", self.driver),
             ("DCGM_FI_DEV_VBIOS_VERSION", self.vbios),
             ("DCGM_FI_DEV_INFOROM_IMAGE_VER", INFOROM),
+            ("DCGM_FI_DEV_SERIAL", gpu_serial(self.node, self.index, self.swap)),
         ]
 
 
@@ -81,9 +85,20 @@ def digest(*parts: object) -> bytes:
     return hashlib.sha256("/".join(map(str, parts)).encode()).digest()
 
 
-def gpu_uuid(node: str, index: int) -> str:
-    h = digest("uuid", node, index).hex()
+def gpu_uuid(node: str, index: int, swap: int = 0) -> str:
+    """The GPU's UUID; a replaced GPU (``swap`` > 0) has another one."""
+    h = digest("uuid", node, index, *([swap] if swap else [])).hex()
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def gpu_serial(node: str, index: int, swap: int = 0) -> str:
+    """The board's 13-digit serial number, as nvidia-smi prints it."""
+    return "1654" + str(int.from_bytes(digest("serial", node, index, swap)[:8], "big"))[:9]
+
+
+def swaps_of(fault: dict[str, Any]) -> dict[int, int]:
+    raw = fault.get("swaps")
+    return {int(k): int(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
 
 def default_util(node: str, index: int) -> int:
@@ -198,7 +213,8 @@ def render(nodes: list[str], faults_dir: Path | None, default_driver: str,
         for i in range(gpus):
             if i in missing:
                 continue
-            for name, labels, value in samples(Gpu(node, i, driver, vbios), fault):
+            gpu = Gpu(node, i, driver, vbios, swaps_of(fault).get(i, 0))
+            for name, labels, value in samples(gpu, fault):
                 text = ",".join(f'{k}="{escape(v)}"' for k, v in labels)
                 by_metric[name].append(f"{name}{{{text}}} {value}")
     lines = []

@@ -7,6 +7,7 @@ $LAB/faults/<node>.json, written by `deploy/lab/lab fault`.
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -92,18 +93,53 @@ def dcgmi(args: list[str]) -> int:
     return 1 if failing else 0
 
 
+def digest(*parts: object) -> bytes:
+    return hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+
+
+def gpu_uuid(name: str, index: int, swap: int = 0) -> str:
+    """The same UUID the DCGM simulator labels the GPU with (deploy/lab/dcgm/exporter.py)."""
+    h = digest("uuid", name, index, *([swap] if swap else [])).hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def gpu_serial(name: str, index: int, swap: int = 0) -> str:
+    return "1654" + str(int.from_bytes(digest("serial", name, index, swap)[:8], "big"))[:9]
+
+
+def gpu_values(name: str, index: int, version: str) -> dict[str, str]:
+    raw = faults(name).get("swaps")
+    swap = int(raw.get(str(index), 0)) if isinstance(raw, dict) else 0
+    return {"driver_version": version, "name": "NVIDIA H100 80GB HBM3", "index": str(index),
+            "serial": gpu_serial(name, index, swap), "uuid": gpu_uuid(name, index, swap)}
+
+
+def present(name: str) -> list[int]:
+    """The GPUs the driver sees: not those `gpu_missing` took off the bus."""
+    raw = str(faults(name).get("gpu_missing", ""))
+    missing = {int(g) for g in raw.split(",") if g.strip().isdigit()}
+    return [i for i in range(GPUS) if i not in missing]
+
+
 def nvidia_smi(args: list[str]) -> int:
-    version = driver(node())
+    name = node()
+    version = driver(name)
+    shown = present(name)
+    if "-i" in args[:-1]:  # one GPU: `-i N`
+        wanted = args[args.index("-i") + 1]
+        if not wanted.isdigit() or int(wanted) not in shown:
+            print(f"No devices were found (GPU {wanted})", file=sys.stderr)
+            return 6
+        shown = [int(wanted)]
     if any(a.startswith("--query-gpu=") for a in args):
         fields = next(a for a in args if a.startswith("--query-gpu=")).split("=", 1)[1].split(",")
-        values = {"driver_version": version, "name": "NVIDIA H100 80GB HBM3"}
-        for i in range(GPUS):
-            print(", ".join(values.get(f, str(i) if f == "index" else "[N/A]") for f in fields))
+        for i in shown:
+            values = gpu_values(name, i, version)
+            print(", ".join(values.get(f.strip(), "[N/A]") for f in fields))
         return 0
     if "-L" in args:
-        for i in range(GPUS):
-            uuid = f"GPU-00000000-0000-0000-0000-{i:012d}"
-            print(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: {uuid})")
+        for i in shown:
+            print(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: {gpu_values(name, i, version)['uuid']})")
         return 0
     if "-pm" in args or "-r" in args:
         return gpu_reset(args)

@@ -458,6 +458,17 @@ def cmd_fault(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_swap(args: argparse.Namespace) -> int:
+    layout = Layout(lab_dir())
+    known_node(layout, args.node)
+    if not 0 <= args.gpu < GPUS_PER_NODE:
+        raise LabError(f"GPU must be 0..{GPUS_PER_NODE - 1}, got {args.gpu}")
+    data = faults.swap(layout, args.node, args.gpu)
+    print(json.dumps({"node": args.node, "gpu": args.gpu, "swaps": data["swaps"]},
+                     sort_keys=True))
+    return 0
+
+
 def cmd_driver(args: argparse.Namespace) -> int:
     layout = Layout(lab_dir())
     known_node(layout, args.node)
@@ -833,6 +844,11 @@ def parser() -> argparse.ArgumentParser:
                        "row_remap_failure=1, remapped_rows=N, exporter=down, any "
                        "key=value, or clear; NODE kube: api=500|hang|ok")
     fault.set_defaults(func=cmd_fault)
+    swp = sub.add_parser("swap", help="replace GPU on NODE: it reports a new serial and "
+                         "UUID (nvidia-smi, DCGM) until `lab fault NODE clear`")
+    swp.add_argument("node")
+    swp.add_argument("gpu", type=int)
+    swp.set_defaults(func=cmd_swap)
     drv = sub.add_parser("driver", help="print the driver version NODE reports")
     drv.add_argument("node")
     drv.set_defaults(func=cmd_driver)

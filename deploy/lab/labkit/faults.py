@@ -68,5 +68,21 @@ def apply(layout: Layout, node: str, pairs: list[str]) -> Info:
     return data
 
 
+def swap(layout: Layout, node: str, gpu: int) -> Info:
+    """A technician replaced GPU ``gpu``: one more swap in the node's fault file
+    (``swaps``: "GPU" -> count), so nvidia-smi and the DCGM simulator report a new serial and
+    UUID for it. `lab fault NODE clear` (and `lab reset`) put the original GPU back."""
+    data = read(layout, node)
+    raw = data.get("swaps")
+    swaps = dict(raw) if isinstance(raw, dict) else {}
+    swaps[str(gpu)] = int(swaps.get(str(gpu), 0)) + 1
+    data = data | {"node": node, "swaps": swaps}
+    layout.faults.mkdir(parents=True, exist_ok=True)
+    tmp = layout.faults / f".{node}.json.{os.getpid()}"
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.replace(fault_file(layout, node))
+    return data
+
+
 def driver(layout: Layout, node: str) -> str:
     return str(read(layout, node).get("driver", DEFAULT_DRIVER))
