@@ -353,7 +353,7 @@ def test_slurmctld_stopped_mid_run(lab: Lab, bot: Service, tmp_path: Path) -> No
         assert ex.state == "failed"
         assert "slurmctld is not answering" in (ex.error or "")
         kinds = [e["kind"] for e in events(bot, ex.id)]
-        assert kinds.count("step_finished") == 4 and "undo_failed" in kinds
+        assert kinds.count("step_finished") == 5 and "undo_failed" in kinds  # to the swap
     finally:
         clients.patient()
         assert lab.lab("service", "slurmctld", "start").returncode == 0
