@@ -96,13 +96,33 @@ class BreakerConfig(BaseModel):
     max_nodes_per_hour: int = Field(default=5, ge=1, le=10_000)
 
 
+class QuarantineConfig(BaseModel):
+    """XIDs whose node is taken out of both schedulers at once, without a person: an alert
+    that the XID table answers (an ``xid:`` rule) with one of ``xids`` first runs
+    ``runbook`` (risk low: drain without waiting, cordon), then proposes the table's repair
+    for a person. The breaker bounds it as every automatic run."""
+
+    model_config = ConfigDict(extra="forbid")
+    xids: list[int] = Field(default_factory=list)
+    runbook: str = Field(default="quarantine-node", pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+    @field_validator("xids")
+    @classmethod
+    def _xids(cls, value: list[int]) -> list[int]:
+        bad = [x for x in value if not 1 <= x <= 999]
+        if bad:
+            raise ValueError(f"{bad[0]} is not an XID (1 to 999)")
+        return sorted(set(value))
+
+
 class RemediationConfig(BaseModel):
-    """The XID table, repeat offenders and the breaker."""
+    """The XID table, repeat offenders, the breaker and quarantine."""
 
     model_config = ConfigDict(extra="forbid")
     xid: dict[int, XidAction] = Field(default_factory=lambda: dict(DEFAULT_XID_ACTIONS))
     repeat: RepeatConfig = Field(default_factory=RepeatConfig)
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
+    quarantine: QuarantineConfig = Field(default_factory=QuarantineConfig)
 
     @field_validator("xid")
     @classmethod

@@ -97,7 +97,7 @@ amtool --alertmanager.url="$ALERTMANAGER_URL" silence query
 step "runbook node gpu05: Slurm, Kubernetes and its GPUs (gpu05 is in both pools)"
 "$runbook" node gpu05
 
-step "an XID 79 on gpu03 travels Prometheus -> Alertmanager -> runbook serve -> a proposal"
+step "an XID 79 on gpu03 travels Prometheus -> Alertmanager -> runbook serve: gpu03 is quarantined at once, its swap-gpu waits for a person"
 echo "(Alertmanager sends the lab's bearer token, RUNBOOK_ALERTS_TOKEN: /alerts refuses a POST"
 echo " without it with 401)"
 deploy/lab/lab slack reset  # the lab's fake Slack starts with an empty channel
@@ -110,7 +110,13 @@ for _ in $(seq 1 60); do
   sleep 1
 done
 "$runbook" proposals   # GpuXid through the XID table (remediation.xid): 79 is swap
+for _ in $(seq 1 30); do   # 79 is in remediation.quarantine: quarantine-node ran by itself
+  sinfo -h -n gpu03 -o %T | grep -q drain && break
+  sleep 1
+done
+sinfo -h -n gpu03 -o "%N %T %E"   # drained (its jobs left to finish), the alert in the reason
 deploy/lab/lab fault gpu03 clear
+scontrol update NodeName=gpu03 State=RESUME   # the demo puts it back by hand
 "$runbook" breaker status   # automation stops when the bot holds too much of a pool out
 
 step "Slack: alice types /runbook run drain-node; bob's Approve is refused; carol's runs it"

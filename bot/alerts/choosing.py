@@ -26,6 +26,7 @@ class Choice:
     runbook: str
     params: dict[str, str]
     note: str | None = None  # shown with the proposal: why this runbook (repeat offender)
+    xid: int | None = None  # the XID the table answered (an ``xid:`` rule)
 
 
 class NothingToDo(Exception):
@@ -56,7 +57,8 @@ def _by_xid(bot: Service, template: str, labels: dict[str, str],
     if action == "none":
         raise NothingToDo(f"XID {xid}: the XID table says none (the application's error)")
     runbook, extra = XID_RUNBOOKS[action]
-    return Choice(runbook, {**params, **extra}, note=f"XID {xid}: {action} (remediation.xid)")
+    return Choice(runbook, {**params, **extra}, note=f"XID {xid}: {action} (remediation.xid)",
+                  xid=xid)
 
 
 def _repeat(bot: Service, choice: Choice) -> Choice:
@@ -75,7 +77,9 @@ def _repeat(bot: Service, choice: Choice) -> Choice:
     gpu = choice.params.get("gpu")
     if gpu is None:  # swap-gpu needs the GPU: propose what was asked, marked
         return Choice(choice.runbook, choice.params,
-                      note=f"repeat: {offence}; the alert names no GPU, so no swap-gpu")
+                      note=f"repeat: {offence}; the alert names no GPU, so no swap-gpu",
+                      xid=choice.xid)
     reason = choice.params.get("reason") or f"{choice.runbook} asked again"
     swap = {"node": node, "gpu": gpu, "reason": f"repeat offender: {reason}"[:150]}
-    return Choice(SWAP, swap, note=f"repeat: {offence}; swap-gpu instead of {choice.runbook}")
+    return Choice(SWAP, swap, note=f"repeat: {offence}; swap-gpu instead of {choice.runbook}",
+                  xid=choice.xid)

@@ -268,6 +268,9 @@ def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule,
                        refused)
     if proposal is None:  # proposed a moment ago by another request: it auto-ran there
         return None
+    if choice.xid is not None and choice.xid in bot.config.remediation.quarantine.xids:
+        _quarantine(bot, alert, choice, proposal.id)
+        proposal = get(bot, proposal.id)
     if rule.auto_run:
         _auto_run(bot, proposal.id, plan.risk)
         return get(bot, proposal.id)
@@ -342,6 +345,32 @@ def _insert(conn: Connection, alert: WebhookAlert, choice: Choice, state: str,
     key = result.inserted_primary_key
     assert key is not None
     return int(key[0])
+
+
+def _quarantine(bot: Service, alert: WebhookAlert, choice: Choice, proposal_id: int) -> None:
+    """Run the quarantine runbook for the alert's node now (its XID is listed), once per
+    proposal (the caller recorded it); the proposal of the repair stays open for a person
+    and says what the quarantine did. The audit log names the alert behind it."""
+    runbook = bot.config.remediation.quarantine.runbook
+    where = f" on GPU {choice.params['gpu']}" if choice.params.get("gpu") else ""
+    reason = (f"{alert.labels.get('alertname', 'alert')} XID {choice.xid}{where} "
+              f"(alert {alert.fingerprint[:16]})")
+    params = {"node": choice.params.get("node", ""), "reason": reason}
+    try:
+        execution_id = bot.request(runbook, params, ALERT_USER, source="alert",
+                                   configured=True)
+    except Refused as exc:
+        said = f"quarantine refused: {exc}"
+        execution_id = None
+    else:
+        said = f"quarantined by execution {execution_id} ({runbook}); the repair waits for you"
+    note = get(bot, proposal_id).note
+    with bot.db.begin() as conn:
+        _set(conn, proposal_id, note=f"{note}; {said}" if note else said)
+        audit.append(conn, Kind.QUARANTINE_REQUESTED, ALERT_USER, {
+            "proposal": proposal_id, "execution": execution_id, "runbook": runbook,
+            "fingerprint": alert.fingerprint, "alertname": alert.labels.get("alertname"),
+            "xid": choice.xid, "node": params["node"], "outcome": said}, execution_id)
 
 
 def _auto_run(bot: Service, proposal_id: int, risk: str) -> None:

@@ -86,6 +86,7 @@ class Kind(enum.StrEnum):
     PROPOSED = "proposed"
     PROPOSAL_REFUSED = "proposal_refused"
     PROPOSAL_STARTED = "proposal_started"
+    QUARANTINE_REQUESTED = "quarantine_requested"  # an alert ran quarantine-node
     PROPOSAL_DISMISSED = "proposal_dismissed"
     ALERT_RESOLVED = "alert_resolved"
     ALERT_REFIRED = "alert_refired"

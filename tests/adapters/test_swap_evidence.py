@@ -111,7 +111,7 @@ def test_a_series_without_the_serial_label_beside_one_with_it_is_one_gpu() -> No
     dcgm = Dcgm(OLD)
     plain = Dcgm(GpuIdentity(OLD.uuid, ""))
     both = type("Both", (), {"query": lambda self, q, **kw: dcgm.query(q) + plain.query(q)})()
-    assert dcgm_identities(both, "gpu02", 3) == [OLD]  # type: ignore[arg-type]
+    assert dcgm_identities(both, "gpu02", 3) == [OLD]
 
 
 def test_a_gpu_dcgm_never_saw_fails_before_anything_changes() -> None:

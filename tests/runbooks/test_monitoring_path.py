@@ -28,7 +28,7 @@ from bot.store import db
 from bot.store.schema import proposals as proposals_table
 from tests.lab.fixture import Lab
 from tests.lab.kubehelp import wait_until
-from tests.runbooks.test_slurm_runbooks import run
+from tests.runbooks.test_slurm_runbooks import node, resume_everything, run
 
 pytestmark = pytest.mark.lab
 
@@ -200,12 +200,20 @@ def test_xid_79_becomes_one_swap_gpu_proposal(lab: Lab, served: Any) -> None:
         found = [p for p in proposals(env) if p["runbook"] == "swap-gpu"]
         assert found[0]["params"] == {"node": "gpu02", "gpu": "4", "reason": "XID 79 on GPU 4"}
         assert found[0]["alertname"] == "GpuXid"  # through the XID table: 79 is swap
-        assert found[0]["note"] == "XID 79: swap (remediation.xid)"
+        # 79 is listed in remediation.quarantine: the node is taken out at once, without a
+        # person (risk low, the served engine runs it); the swap waits for one
+        assert found[0]["note"].startswith("XID 79: swap (remediation.xid); quarantined by "
+                                           "execution ")
+        wait_until(lambda: "DRAIN" in node(lab, "gpu02")["state"], "gpu02 quarantined",
+                   timeout=60)
+        reason = node(lab, "gpu02")["reason"]
+        assert reason.startswith("quarantine: GpuXid XID 79 on GPU 4 (alert "), reason
         time.sleep(3)  # Prometheus re-sends the firing alert every 2 s: still one proposal
         assert len([p for p in proposals(env) if p["runbook"] == "swap-gpu"]) == 1
         print(f"fault to proposal: {elapsed:.1f}s")
     finally:
         lab.lab("fault", "gpu02", "clear")
+        resume_everything(lab, "gpu02")
 
 
 def test_capacity_guard_refuses_and_break_glass_costs_an_approval(lab: Lab, checks_bot: Service,

@@ -98,6 +98,8 @@ DRAINS = (DRAIN, FLEET)
 RESUME = Runbook("resume-node", (f"node={NODE}",), reservation=f"resume-{NODE}")
 SWAP = Runbook("swap-gpu", (f"node={NODE}", "gpu=3", "reason=XID 79"), manual=True,
                reservation=f"swap-{NODE}")
+QUARANTINE = Runbook("quarantine-node", (f"node={NODE}", "reason=sigkill matrix"),
+                     approvers=())  # risk low: what alerts run without a person
 ROLLBACK = Runbook("rollback-driver", (f"nodes={NODE}", f"version={DRIVER}"),
                    approvers=("carol", "dave"), reservation=f"driver-{NODE}")
 POST_CHECKS = ("the node is drained in Slurm and runs no job",
@@ -169,6 +171,9 @@ CASES = [
     # rollback-driver: no pre-checks, no undo; killed while the rollout drains, reserves,
     # installs, reboots and checks the node.
     Case(ROLLBACK, "inside:rollout", "succeeded", "in_service"),
+    # quarantine-node (risk low, no approval): killed once its drain started; the second
+    # engine drains again (idempotent) and the node stays out, marked with the execution.
+    Case(QUARANTINE, "step_started:slurm-drain", "succeeded", "drained"),
 ]
 EXTRA_CASES = [
     Case(DRAIN, "step_finished:slurm-drain", "succeeded", "drained"),
@@ -501,6 +506,8 @@ def check_node(run: Run) -> None:
     assert good, (case.id, case.node_after, shown)
     if case.runbook in DRAINS and case.node_after == "drained":  # marked with its execution
         assert shown["reason"] == f"sigkill matrix (execution {run.execution_id})", shown
+    if case.runbook is QUARANTINE:
+        assert shown["reason"] == f"quarantine: sigkill matrix (execution {run.execution_id})"
     if case.trigger == "fail" and case.runbook in (RESUME, SWAP):
         assert shown["reason"].startswith("health check failed"), shown
     if case.runbook is SWAP and case.end == "cancelled":

@@ -22,6 +22,8 @@ NODE_STATES: dict[str, Callable[[NodeInfo], bool]] = {
     "drained": lambda n: "DRAIN" in n.flags and not n.jobs and n.state in ("idle", "down"),
     "in_service": lambda n: n.responding and "DRAIN" not in n.flags and n.state != "down",
     "idle": lambda n: n.state == "idle" and "DRAIN" not in n.flags and n.responding,
+    # no new job lands there (drained, or draining while its jobs finish), or it is down
+    "out_of_service": lambda n: "DRAIN" in n.flags or n.state == "down",
     # no drain a routine return must leave: someone else's, or the bot's for a failed check
     "not_held": lambda n: "DRAIN" not in n.flags or reasons.blocking(n.reason) is None,
 }
