@@ -16,6 +16,7 @@ from adapters.slurm.gpureset import GpuResetAction
 from adapters.slurm.health import HealthCheckAction
 from adapters.slurm.mig import MIG_ACTIONS
 from adapters.slurm.pools import POOL_ACTIONS
+from adapters.slurm.release import ReservationReleaseAction
 from adapters.slurm.rolling import DriverRolloutAction
 from adapters.slurm.slurm_upgrade import UPGRADE_ACTIONS
 
@@ -34,6 +35,8 @@ def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
                              *(cls(backend, config) for cls in POOL_ACTIONS),
                              *(cls(backend, config) for cls in MIG_ACTIONS),
                              *(cls(backend, config) for cls in UPGRADE_ACTIONS),
+                             ReservationReleaseAction(backend, config, prometheus=prometheus,
+                                                      gpu_settle=settle),
                              DrainBatchesAction(backend, config),
                              ResumeBatchesAction(backend, config, prometheus=prometheus,
                                                  gpu_settle=settle)]
@@ -42,5 +45,6 @@ def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
 
 ADAPTER = Adapter("slurm", "slurm", SlurmConfig,
                   (*ACTION_CLASSES, HealthCheckAction, DriverRolloutAction, GpuResetAction,
+                   ReservationReleaseAction,
                    *POOL_ACTIONS, *MIG_ACTIONS, *UPGRADE_ACTIONS, *FLEET_ACTIONS),
                   _build, uses=("prometheus",))

@@ -18,6 +18,7 @@ from adapters.prometheus.gate import gate_nodes
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fake import FakeSlurm
 from adapters.slurm.fleet import ResumeBatchesAction, ResumeBatchesArguments
+from adapters.slurm.release import ReleaseArguments, ReservationReleaseAction
 
 NODES = ["gpu01", "gpu02", "gpu03"]
 
@@ -121,3 +122,35 @@ def test_without_prometheus_the_gate_is_refused_at_plan_and_run() -> None:
     with pytest.raises(ActionError, match="gpu_telemetry=false"):
         action.plan(ResumeBatchesArguments.model_validate({"nodes": "gpu[01-03]",
                                                            "gpu_telemetry": True}))
+
+
+def release(fleet: Fleet, **args: Any) -> tuple[FakeSlurm, ReservationReleaseAction, Any]:
+    slurm = FakeSlurm(NODES)
+    slurm.create_reservation("rack12", NODES, "now", 3600, ["MAINT"], ["root"])
+    slurm.update_nodes(["gpu03"], "DRAIN", "bob: PSU fan")  # out already: not gated
+    action = ReservationReleaseAction(slurm, SlurmConfig(), lambda s: None, prometheus=fleet,
+                                      gpu_settle=0.05)
+    return slurm, action, ReleaseArguments.model_validate({"name": "rack12", **args})
+
+
+def test_close_maintenance_keeps_out_a_node_that_fails_and_releases_the_rest() -> None:
+    fleet = Fleet()
+    fleet.gpus["gpu02"].discard(6)
+    fleet.gpus["gpu03"].clear()  # would fail, but it stays drained anyway: not judged
+    slurm, action, args = release(fleet)
+    with pytest.raises(ActionError, match=r"deleted reservation rack12; KEPT OUT: gpu02 "
+                                          r"\(DCGM reports 7 of 8 GPUs of gpu02: GPU 6"):
+        action.run(args, ctx())
+    assert slurm.reservations() == []
+    assert slurm.state["gpu02"].reason.endswith("(execution 9: failed check)")
+    assert slurm.state["gpu03"].reason == "bob: PSU fan"
+    assert "DRAIN" not in slurm.state["gpu01"].flags
+
+
+def test_close_maintenance_with_every_gpu_back_just_releases() -> None:
+    slurm, action, args = release(Fleet())
+    assert "passed" in action.run(args, ctx()).summary
+    assert slurm.reservations() == []
+    assert any(line.startswith("first, DCGM in Prometheus") for line in action.plan(args))
+    _, plain, without = release(Fleet(), gpu_telemetry=False)
+    assert not any("DCGM" in line for line in plain.plan(without))

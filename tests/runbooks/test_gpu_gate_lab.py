@@ -13,7 +13,8 @@ import pytest
 from adapters.kubernetes.cordons import FAILED_CHECK
 from bot.service import Service
 from tests.lab.fixture import Lab
-from tests.lab.kubehelp import api
+from tests.lab.kubehelp import api, wait_until
+from tests.runbooks.test_monitoring_path import prometheus_sees
 from tests.runbooks.test_slurm_runbooks import (
     bot,
     confirm_when_asked,
@@ -46,6 +47,7 @@ def test_a_gpu_off_the_bus_keeps_the_node_drained_naming_it(lab: Lab, bot: Servi
         assert node(lab, "gpu02")["state"] == "IDLE"
     finally:
         resume_everything(lab, "gpu02")
+        back_in_dcgm(lab, "gpu02")
 
 
 def test_an_xid_while_the_node_settles_fails_the_swap(lab: Lab, bot: Service) -> None:
@@ -109,3 +111,34 @@ def test_resume_nodes_returns_the_good_nodes_and_keeps_the_one_missing_a_gpu(
         assert "gpu02" in (ex.error or "")
     finally:
         resume_everything(lab, "gpu02", "gpu03")
+        back_in_dcgm(lab, "gpu02")
+
+
+def test_close_maintenance_keeps_out_a_node_missing_a_gpu(lab: Lab, bot: Service) -> None:
+    """The reservation goes for gpu04, whose GPUs all report; gpu03 (GPU 2 off the bus) is
+    drained with the verdict before it could return, and the run fails naming it."""
+    try:
+        opened = run(bot, "open-maintenance", {"name": "rack12", "nodes": "gpu[03-04]",
+                                               "duration": "1h"})
+        assert opened.state == "succeeded", opened.error
+        lab.lab("fault", "gpu03", "gpu_missing=2")
+        time.sleep(2.5)  # two scrapes: the series is gone from Prometheus (staleness marker)
+        ex = run(bot, "close-maintenance", {"name": "rack12"})
+        assert ex.state == "failed"
+        assert "KEPT OUT: gpu03" in (ex.error or "")
+        assert "rack12" not in lab.run("scontrol", "show", "reservation").stdout
+        reason = node(lab, "gpu03")["reason"]
+        assert reason.startswith("GPU telemetry: DCGM reports 7 of 8 GPUs of gpu03: GPU 2")
+        assert reason.endswith(f"(execution {ex.id}: failed check)")
+        assert "DRAIN" not in node(lab, "gpu04")["state"]
+    finally:
+        resume_everything(lab, "gpu03", "gpu04")
+        back_in_dcgm(lab, "gpu03")
+
+
+def back_in_dcgm(lab: Lab, name: str) -> None:
+    """After a fault is cleared: Prometheus holds the node's eight GPUs again (the next test
+    may gate it at once)."""
+    wait_until(lambda: prometheus_sees(
+        lab, f'count(DCGM_FI_DEV_GPU_TEMP{{Hostname="{name}"}}) == 8'),
+        f"{name}'s GPUs back in Prometheus", timeout=30, every=0.2)
