@@ -33,6 +33,7 @@ def returning(nodes: list[NodeInfo]) -> list[NodeInfo]:
 class ReservationReleaseAction(GpuGated, ReservationDeleteAction):
     name: ClassVar[str] = "slurm.reservation_release"
     Arguments: ClassVar[type[StrictArguments]] = ReleaseArguments
+    needs: ClassVar[tuple[str, ...]] = ("delete_reservation", "update_nodes")
 
     def plan(self, args: ReservationDeleteArguments) -> list[str]:
         assert isinstance(args, ReleaseArguments)
