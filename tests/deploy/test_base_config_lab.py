@@ -34,6 +34,7 @@ REQUESTS: dict[str, dict[str, str]] = {
     "handoff-node": {"node": "gpu04", "to": "kubernetes"},
     "mig-reconfigure": {"node": "gpu05", "layout": "all-3g.40gb"},
     "open-maintenance": {"name": "maint-gpu03", "nodes": "gpu03"},
+    "quarantine-node": {"node": "gpu05", "reason": "GpuXid XID 79 on GPU 3"},
     "reset-gpu": {"node": "gpu05", "gpu": "3", "reason": "XID 48"},
     "restore-slurmdbd": {"backup": "/var/backups/slurm_acct_db.sql.gz"},
     "resume-node": {"node": "gpu05"},
