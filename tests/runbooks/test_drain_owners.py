@@ -151,4 +151,8 @@ def test_close_maintenance_refuses_what_a_window_or_a_run_holds(clean: Lab,
                     "alice")
     plan = bot.plan("close-maintenance", {"name": "window-3", "override_owner": "true"},
                     break_glass=True)
-    assert plan.steps[0].operations == ["scontrol delete ReservationName=window-3"]
+    *gate, delete = plan.steps[0].operations  # the GPU gate of the nodes it returns, then
+    assert delete == "scontrol delete ReservationName=window-3"
+    assert [line.split(":")[0] for line in gate] == ["first, DCGM in Prometheus for each node "
+                                                     "of window-3 that returns to service (not "
+                                                     "drained, not down)"]
