@@ -119,3 +119,27 @@ def test_without_a_shared_output_folder_run_on_node_is_refused_at_plan() -> None
     reason = backend.unsupported("run_on_node")
     assert reason is not None and "slurm.rest.job_output_dir" in reason
     assert "slurm.backend: cli" in reason
+
+
+class Listing:
+    """A RestClient whose server lists /job/submit at ``version`` (22.05's does too)."""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+
+    def offers(self, method: str, template: str) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("version", "refused"), [
+    ("v0.0.38", True), ("v0.0.39", True), ("v0.0.40", False), ("v0.0.45", False)])
+def test_run_on_node_goes_by_the_version_not_the_listing(version: str, refused: bool) -> None:
+    config = SlurmConfig.model_validate({"backend": "rest", "rest": {
+        "url": "http://slurmrestd:6820", "user": "slurm", "token_env": "SLURM_JWT",
+        "job_output_dir": "/shared/grb"}})
+    backend = RestBackend(config)
+    backend._client = Listing(version)  # type: ignore[assignment]
+    reason = backend.unsupported("run_on_node")
+    assert (reason is not None) == refused
+    if refused:
+        assert reason is not None and "needs v0.0.40 (Slurm 23.11)" in reason
