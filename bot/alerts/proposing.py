@@ -353,8 +353,8 @@ def _quarantine(bot: Service, alert: WebhookAlert, choice: Choice, proposal_id: 
     and says what the quarantine did. The audit log names the alert behind it."""
     runbook = bot.config.remediation.quarantine.runbook
     where = f" on GPU {choice.params['gpu']}" if choice.params.get("gpu") else ""
-    reason = (f"{alert.labels.get('alertname', 'alert')} XID {choice.xid}{where} "
-              f"(alert {alert.fingerprint[:16]})")
+    name = " ".join(alert.labels.get("alertname", "alert").split())[:80]  # one line, short
+    reason = f"{name} XID {choice.xid}{where} (alert {alert.fingerprint[:16]})"
     params = {"node": choice.params.get("node", ""), "reason": reason}
     try:
         execution_id = bot.request(runbook, params, ALERT_USER, source="alert",

@@ -82,3 +82,14 @@ def test_a_quarantine_the_bot_cannot_request_is_said_on_the_proposal(
     [event] = quarantines(bot)
     assert event["execution_id"] is None
     assert proposing.get(bot, proposal.id).runbook == "swap-gpu"
+
+
+def test_a_long_or_multi_line_alertname_still_quarantines(make_bot: BotFactory) -> None:
+    rule = {**XID_RULE, "match": {"xid": "79"}}
+    bot = make_bot({**RUNBOOKS, "quarantine-node": QUARANTINE},
+                   remediation={**WIDE, "quarantine": {"xids": [79]}}, alert_rules=[rule])
+    fire(bot, "Gpu\nXid " + "x" * 300, "fp-long", node="gpu02", gpu="3", xid="79")
+    [event] = quarantines(bot)
+    assert event["execution_id"] is not None, event["data"]["outcome"]
+    reason = bot.get(event["execution_id"]).params["reason"]
+    assert "\n" not in reason and len(reason) < 150
