@@ -64,7 +64,14 @@ def run(bot: Service, name: str, params: dict[str, str], approvers: tuple[str, .
 
 
 def node(lab: Lab, name: str) -> dict[str, Any]:
+    """The node's state and reason, once a job that just ended on it (a test's own srun, a
+    health check) has finished completing: COMPLETING is Slurm's passing flag, not a state."""
     done = lab.run("scontrol", "show", "node", name, "-o")
+    for _ in range(50):
+        if "COMPLETING" not in done.stdout:
+            break
+        time.sleep(0.2)
+        done = lab.run("scontrol", "show", "node", name, "-o")
     fields = dict(part.split("=", 1) for part in done.stdout.split() if "=" in part)
     reason = done.stdout.split("Reason=", 1)[1].split(" [")[0] if "Reason=" in done.stdout else ""
     return {"state": fields.get("State", ""), "reason": reason}
