@@ -322,12 +322,17 @@ class ResumeAction(_SlurmAction):
 
     def _give_back(self, nodes: list[NodeInfo], ctx: ActionContext) -> list[NodeInfo]:
         """Of ``nodes``, those only this execution drains (to resume); where another owner's
-        reason was there first, ours comes off it and the node stays drained for them."""
+        reason was there first, ours comes off it and the node stays drained for them. A
+        node this execution kept out for a failed check stays out: an undo never returns
+        hardware a check found faulty (as Kubernetes' ``made_by`` leaves its cordon)."""
         mine = []
         for node in nodes:
             if "DRAIN" not in node.flags:
                 continue
             own = [p for p in reasons.parts(node.reason) if p.execution == ctx.execution_id]
+            if any(p.failed_check for p in own):
+                ctx.progress(f"{node.name} stays drained: this execution's check failed")
+                continue
             left = reasons.without(node.reason, ctx.execution_id)
             if own and not left:
                 mine.append(node)

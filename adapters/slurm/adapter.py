@@ -14,7 +14,7 @@ from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fleet import FLEET_ACTIONS, DrainBatchesAction, ResumeBatchesAction
 from adapters.slurm.gpureset import GpuResetAction
 from adapters.slurm.health import HealthCheckAction
-from adapters.slurm.mig import MIG_ACTIONS
+from adapters.slurm.mig import MIG_ACTIONS, CheckGresAction, MigApplyAction
 from adapters.slurm.pools import POOL_ACTIONS
 from adapters.slurm.release import ReservationReleaseAction
 from adapters.slurm.rolling import DriverRolloutAction
@@ -33,7 +33,9 @@ def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
                              GpuResetAction(backend, config, prometheus=prometheus,
                                             gpu_settle=settle),
                              *(cls(backend, config) for cls in POOL_ACTIONS),
-                             *(cls(backend, config) for cls in MIG_ACTIONS),
+                             MigApplyAction(backend, config),
+                             CheckGresAction(backend, config, prometheus=prometheus,
+                                             gpu_settle=settle),
                              *(cls(backend, config) for cls in UPGRADE_ACTIONS),
                              ReservationReleaseAction(backend, config, prometheus=prometheus,
                                                       gpu_settle=settle),

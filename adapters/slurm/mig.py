@@ -1,6 +1,8 @@
 """``slurm.mig_apply`` and ``slurm.check_gres``: apply a MIG layout on a node inside its
 maintenance reservation (an allow-listed node command, like ``nvidia-mig-parted apply``),
-and check that Slurm publishes the node's GPUs as the layout says (``scontrol show node``).
+and check that Slurm publishes the node's GPUs as the layout says (``scontrol show node``),
+then (``gpu_telemetry``) that every physical GPU still reports in DCGM through Prometheus
+while it settles; a node that fails is drained again with the verdict, as a failed check.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from adapters.actions import (
     StrictArguments,
 )
 from adapters.host import OUTPUT_LIMIT, allowed_argv
-from adapters.slurm import commands
+from adapters.prometheus.gate import GateFailed, GpuGate, GpuGated, gate_for
+from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _SlurmAction
 from adapters.slurm.health import verdict
 from kit.durations import format_duration
@@ -47,6 +50,10 @@ class CheckGresArguments(StrictArguments):
     count_command: str = "gpu-count"  # slurm.commands: one line per physical GPU
     timeout: Seconds = 120.0
     poll: Seconds = 1.0
+    # then the node's physical GPUs in DCGM (prometheus/gate.py) for `settle` seconds
+    gpu_telemetry: bool = False
+    settle: Seconds | None = Field(default=None, le=3600)  # null: prometheus.gpu_settle
+    dcgm_name: str = Field(default="", pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
     @field_validator("per_gpu")
     @classmethod
@@ -124,13 +131,19 @@ class MigApplyAction(_SlurmAction):
         return ActionResult(f"MIG layout {args.layout} applied on {args.node}", details)
 
 
-class CheckGresAction(_SlurmAction):
+class CheckGresAction(GpuGated, _SlurmAction):
     name: ClassVar[str] = "slurm.check_gres"
     Arguments: ClassVar[type[StrictArguments]] = CheckGresArguments
+
+    needs: ClassVar[tuple[str, ...]] = ("update_nodes",)  # a failed check drains the node
 
     def operations(self, args: object) -> tuple[str, ...]:
         # without gpus= it counts the GPUs on the node (srun)
         return ("run_on_node",) if getattr(args, "gpus", None) is None else ()
+
+    def _gate(self, args: CheckGresArguments, gpus: int) -> GpuGate:
+        return gate_for(self.prometheus, args.dcgm_name or args.node, gpus,
+                        f"the MIG check of {args.node}")
 
     def plan(self, args: CheckGresArguments) -> list[str]:
         lines = []
@@ -145,6 +158,9 @@ class CheckGresAction(_SlurmAction):
                   if args.per_gpu else "one GPU type, no MIG profile, 1 per GPU")
         lines.append(f"scontrol show node {args.node}: Gres must be {wanted} (times {gpus}) "
                      f"and nothing else (at most {format_duration(args.timeout)})")
+        if args.gpu_telemetry:
+            gate = self._gate(args, args.gpus or 0).describe(self.settle_for(args.settle))
+            lines.append("then " + gate.replace(f" {args.gpus or 0} GPU(s) ", f" {gpus} GPU(s) "))
         return lines
 
     def _count(self, args: CheckGresArguments, ctx: ActionContext) -> int:
@@ -169,13 +185,41 @@ class CheckGresAction(_SlurmAction):
             and sum(found.values()) == gpus
 
     def run(self, args: CheckGresArguments, ctx: ActionContext) -> ActionResult:
+        """Every way out but a pass drains the node again, marked as a failed check: the
+        node is in service inside its reservation, and an undo must not return a node whose
+        GPUs were not proven (a GPU that fell off the bus shows as a wrong count first)."""
+        try:
+            return self._checked(args, ctx)
+        except Exception as exc:
+            raise self._kept_out(args.node, exc, ctx) from exc
+
+    def _kept_out(self, node: str, exc: Exception, ctx: ActionContext) -> ActionError:
+        said = str(exc) or type(exc).__name__
+        why = f"GPU telemetry: {said}" if isinstance(exc, GateFailed) else f"MIG check: {said}"
+        try:
+            self.backend.update_nodes([node], "DRAIN", reasons.marked(why, ctx.execution_id,
+                                                                      failed_check=True))
+            left = f"{node} is left drained with that reason"
+        except Exception as again:  # Slurm gone: say what the node's state may be
+            left = (f"{node} could not be drained again ({again}): it may be in service "
+                    f"inside its reservation; drain it by hand (scontrol update NodeName={node} "
+                    "State=DRAIN Reason=...) before the reservation ends")
+        cls = type(exc) if isinstance(exc, ActionError) else ActionError
+        if isinstance(exc, GateFailed):
+            return ActionError(f"{node} has the layout but its GPUs did not pass: {said}; {left}")
+        return cls(f"{said}; {left}")
+
+    def _checked(self, args: CheckGresArguments, ctx: ActionContext) -> ActionResult:
         gpus = self._count(args, ctx)
         deadline = time.monotonic() + min(args.timeout, ctx.remaining())
         while True:
             (node,) = self._read([args.node], with_jobs=False)
             found = gres_types(node.gres)
             if self._matches(found, args, gpus):
-                return ActionResult(f"{args.node} publishes Gres={node.gres} ({gpus} GPUs)",
+                self._telemetry(args, gpus, ctx)
+                return ActionResult(f"{args.node} publishes Gres={node.gres} ({gpus} GPUs)"
+                                    + ("; they report in DCGM with no new XID or ECC error"
+                                       if args.gpu_telemetry else ""),
                                     {"node": args.node, "gres": node.gres, "types": found,
                                      "gpus": gpus, "per_gpu": args.per_gpu}, changed=False)
             if time.monotonic() >= deadline:
@@ -187,6 +231,16 @@ class CheckGresAction(_SlurmAction):
                     "slurmctld and the node's slurmd")
             ctx.checkpoint(f"waiting for the Gres of {args.node}")
             self._sleep(max(0.05, ctx.pause(min(args.poll, deadline - time.monotonic()))))
+
+    def _telemetry(self, args: CheckGresArguments, gpus: int, ctx: ActionContext) -> None:
+        """The physical GPUs in DCGM while they settle (MIG devices are not counted: DCGM
+        reports each GPU's temperature whatever its layout); GateFailed with the verdict."""
+        if not args.gpu_telemetry:
+            return
+        settle = self.settle_for(args.settle)
+        ctx.progress(f"watching {args.node}'s {gpus} GPUs in DCGM for "
+                     f"{format_duration(settle)}")
+        self._gate(args, gpus).check(settle, ctx, self._sleep)
 
 
 MIG_ACTIONS: tuple[type[_SlurmAction], ...] = (MigApplyAction, CheckGresAction)

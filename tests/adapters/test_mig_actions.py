@@ -24,6 +24,7 @@ from adapters.slurm.mig import (
     MigApplyArguments,
     gres_types,
 )
+from tests.adapters.test_gpu_gate import Dcgm
 
 MIG = "nvidia.com/mig.config"
 STATE = "nvidia.com/mig.config.state"
@@ -147,3 +148,44 @@ def test_check_gres_compares_types_and_counts() -> None:
     with pytest.raises(ActionTimeout, match="not 1 plain GPUs"):
         action.run(CheckGresArguments(node="gpu03", per_gpu={}, timeout=0.05, poll=0.01), ctx())
     assert action.run(CheckGresArguments(node="gpu03", per_gpu={}, gpus=8), ctx()).changed is False
+
+
+def gres_check(gres: str, dcgm: Any = None) -> tuple[CheckGresAction, FakeSlurm]:
+    """gpu03 resumed inside its reservation with ``gres``, as mig_apply leaves it."""
+    slurm = FakeSlurm(["gpu03"])
+    slurm.state["gpu03"] = replace(slurm.state["gpu03"], gres=gres)
+    action = CheckGresAction(slurm, CONFIG, lambda s: None, prometheus=dcgm, gpu_settle=0.05)
+    return action, slurm
+
+
+def test_check_gres_that_fails_drains_the_node_as_a_failed_check() -> None:
+    action, slurm = gres_check("gpu:3g.40gb:14")  # a GPU fell off: 7 of 8 published
+    with pytest.raises(ActionTimeout, match=r"not gpu:3g.40gb:16 .*gpu03 is left drained"):
+        action.run(CheckGresArguments(node="gpu03", per_gpu={"3g.40gb": 2}, gpus=8,
+                                      timeout=0.05, poll=0.01), ctx())
+    reason = slurm.state["gpu03"].reason
+    assert "DRAIN" in slurm.state["gpu03"].flags
+    assert reason.startswith("MIG check: gpu03 publishes Gres=gpu:3g.40gb:14")
+    assert reason.endswith("(execution 1: failed check)")
+
+
+def test_check_gres_gates_the_physical_gpus_in_dcgm() -> None:
+    dcgm = Dcgm("gpu03")
+    action, slurm = gres_check("gpu:3g.40gb:16(S:0)", dcgm)
+    args = CheckGresArguments(node="gpu03", per_gpu={"3g.40gb": 2}, gpus=8, gpu_telemetry=True)
+    plan = action.plan(args)
+    assert "DCGM in Prometheus: 8 GPU(s) of gpu03 report" in plan[-1], plan
+    done = action.run(args, ctx())
+    assert "report in DCGM" in done.summary and "DRAIN" not in slurm.state["gpu03"].flags
+    dcgm.gpus.discard(5)
+    with pytest.raises(ActionError, match=r"has the layout but its GPUs did not pass: DCGM "
+                                          r"reports 7 of 8 GPUs of gpu03: GPU 5 missing"):
+        action.run(args, ctx())
+    reason = slurm.state["gpu03"].reason
+    assert reason.startswith("GPU telemetry: DCGM reports 7 of 8") and "failed check" in reason
+
+
+def test_check_gres_without_prometheus_refuses_the_gate_at_plan() -> None:
+    action, _ = gres_check("gpu:h100:8")
+    with pytest.raises(ActionError, match="no Prometheus is configured"):
+        action.plan(CheckGresArguments(node="gpu03", per_gpu={}, gpus=8, gpu_telemetry=True))

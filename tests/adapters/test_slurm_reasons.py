@@ -90,6 +90,17 @@ def test_the_undo_takes_back_only_its_own_part() -> None:
     assert result.details["resumed"] == ["gpu01"]
 
 
+def test_the_undo_leaves_a_node_this_run_kept_out_for_a_failed_check() -> None:
+    failed = reasons.marked("GPU telemetry: GPU 3 missing", 7, failed_check=True)
+    fake = slurm(("gpu01", failed), ("gpu02", f"{HAND} ++ {failed}"),
+                 ("gpu03", "MIG layout all-1g.10gb (execution 7)"))
+    result = act(ResumeAction, fake).run(ResumeAction.Arguments.model_validate(
+        {"nodes": "gpu[01-03]", "only_this_run": True, "wait": False}), ctx())
+    assert fake.state["gpu01"].reason == failed and "DRAIN" in fake.state["gpu01"].flags
+    assert fake.state["gpu02"].reason == f"{HAND} ++ {failed}"
+    assert result.details["resumed"] == ["gpu03"]
+
+
 @pytest.mark.parametrize("reason,owner", [
     (HAND, "someone else (not the bot)"),
     ("health check failed: Row remap | Fail (execution 5: failed check)",

@@ -1,7 +1,8 @@
 """mig-reconfigure end to end against the lab: a Slurm node to all-3g.40gb and back to
 all-disabled (Slurm's own `scontrol show node` changes its GRES), a Kubernetes node through
 the lab's MIG Manager (label, state, mig resources, validator, uncordon), `lab fault NODE
-mig=fail` stopping each side with its undo, a cancel while jobs run, and a layout the
+mig=fail` stopping each side with its undo, GPUs missing from DCGM after the layout keeping the node
+out on each side (drained / cordoned as a failed check), a cancel while jobs run, and a layout the
 configuration does not list refused with nothing changed. Every node gets its layout back
 (gpu:h100:8, nvidia.com/gpu 8), whatever happened: the other lab tests expect it."""
 
@@ -13,11 +14,13 @@ from typing import Any
 
 import pytest
 
+from adapters.kubernetes.cordons import CORDONED_BY, FAILED_CHECK
 from bot.execution import executions
 from bot.service import Service
 from kit.errors import Refused
 from tests.lab.fixture import Lab
 from tests.lab.kubehelp import api, nodes, settled, wait_until
+from tests.runbooks.test_gpu_gate_lab import back_in_dcgm
 from tests.runbooks.test_slurm_runbooks import (
     bot,
     node,
@@ -53,6 +56,7 @@ def slurm_node(lab: Lab) -> Iterator[str]:
     """gpu03, back on gpu:h100:8, in service and without reservations afterwards."""
     yield "gpu03"
     lab.lab("fault", "gpu03", "clear")
+    back_in_dcgm(lab, "gpu03")
     (lab.dir / "state" / "mig" / "gpu03").unlink(missing_ok=True)
     if gres(lab, "gpu03") != "gpu:h100:8":
         assert lab.lab("mig-reload", "gpu03").returncode == 0
@@ -66,6 +70,7 @@ def kube_node(lab: Lab) -> Iterator[str]:
     wait_until(lambda: settled(lab), "the Kubernetes pool to settle", timeout=60)
     yield "gpu06"
     lab.lab("fault", "gpu06", "clear")
+    back_in_dcgm(lab, "gpu06")
     api(lab, "PATCH", "/api/v1/nodes/gpu06", {"metadata": {"labels": {MIG_CONFIG: "all-disabled"}}},
         ctype="application/merge-patch+json")
     wait_until(lambda: nodes(lab)["gpu06"]["metadata"]["labels"].get(MIG_STATE) == "success"
@@ -73,7 +78,7 @@ def kube_node(lab: Lab) -> Iterator[str]:
                "gpu06 back on plain GPUs", timeout=30)
     api(lab, "PATCH", "/api/v1/nodes/gpu06", {
         "metadata": {"labels": dict.fromkeys((MIG_CONFIG, MIG_STATE, *PAUSED)),
-                     "annotations": dict.fromkeys(LAB_NOTES)},
+                     "annotations": dict.fromkeys((*LAB_NOTES, CORDONED_BY, FAILED_CHECK))},
         "spec": {"unschedulable": None}}, ctype="application/merge-patch+json")
     wait_until(lambda: settled(lab), "the Kubernetes pool to settle", timeout=90)
 
@@ -132,6 +137,35 @@ def test_slurm_mig_failure_resumes_the_node(lab: Lab, bot: Service, slurm_node: 
     assert node(lab, slurm_node)["state"] == "IDLE"
     assert f"mig-{slurm_node}" not in reservations(lab)
     assert gres(lab, slurm_node) == "gpu:h100:8"
+
+
+def test_gpus_missing_from_dcgm_after_the_layout_keep_the_node_drained(
+        lab: Lab, bot: Service, slurm_node: str) -> None:
+    lab.lab("fault", slurm_node, "exporter=down")
+    time.sleep(2.5)  # two scrapes: the series are gone from Prometheus (staleness marker)
+    ex = run(bot, "mig-reconfigure", {"node": slurm_node, "layout": "all-3g.40gb"})
+    assert ex.state == "failed"
+    assert "has the layout but its GPUs did not pass" in (ex.error or "")
+    state = node(lab, slurm_node)
+    assert "DRAIN" in state["state"]  # the undo did not return it
+    assert state["reason"].startswith(f"GPU telemetry: DCGM reports no GPU of {slurm_node} "
+                                      "(its dcgm-exporter down"), state["reason"]
+    assert state["reason"].endswith(f"(execution {ex.id}: failed check)")
+    assert f"mig-{slurm_node}" not in reservations(lab)
+
+
+def test_a_kubernetes_node_missing_a_gpu_after_the_layout_stays_cordoned(
+        lab: Lab, bot: Service, kube_node: str) -> None:
+    lab.lab("fault", kube_node, "gpu_missing=1")
+    time.sleep(2.5)
+    ex = run(bot, "mig-reconfigure", {"node": kube_node, "layout": "all-3g.40gb",
+                                      "timeout": "2m"})
+    assert ex.state == "failed"
+    assert "k8s-gpus failed" in (ex.error or ""), ex.error
+    seen = nodes(lab)[kube_node]
+    assert seen["spec"].get("unschedulable") is True
+    assert seen["metadata"]["annotations"][FAILED_CHECK].startswith(
+        "GPU telemetry: DCGM reports 7 of 8 GPUs"), seen["metadata"]["annotations"]
 
 
 def test_cancel_while_jobs_run_is_undone(lab: Lab, bot: Service, slurm_node: str) -> None:
