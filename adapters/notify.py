@@ -17,6 +17,10 @@ from adapters.actions import ActionContext, ActionError, ActionResult, Seconds, 
 
 class NotifyArguments(StrictArguments):
     message: str = Field(min_length=1, max_length=3000)
+    # earlier steps whose result names nodes a check kept out (details "kept_out": node ->
+    # verdict, as the GPU gates of close-window give): said after the message, and then the
+    # step fails, so the run ends failed naming them
+    kept_out_from: list[str] = Field(default_factory=list, max_length=10)
 
 
 class NotifyAction:
@@ -24,11 +28,30 @@ class NotifyAction:
     Arguments: ClassVar[type[StrictArguments]] = NotifyArguments
 
     def plan(self, args: NotifyArguments) -> list[str]:
-        return [f"notify: {args.message}"]
+        lines = [f"notify: {args.message}"]
+        if args.kept_out_from:
+            lines.append(f"then name the nodes {', '.join(args.kept_out_from)} kept out, if "
+                         "any, and fail the run")
+        return lines
 
     def run(self, args: NotifyArguments, ctx: ActionContext) -> ActionResult:
-        ctx.progress(args.message)
-        return ActionResult(summary=f"notified: {args.message}", changed=False)
+        kept = kept_out(args.kept_out_from, ctx)
+        message = args.message + (
+            " KEPT OUT (a check failed; drained / cordoned with the verdict): "
+            + "; ".join(f"{node}: {why}" for node, why in kept.items()) if kept else "")
+        ctx.progress(message)
+        if kept:
+            raise ActionError(message)
+        return ActionResult(summary=f"notified: {message}", changed=False)
+
+
+def kept_out(steps: list[str], ctx: ActionContext) -> dict[str, str]:
+    """The nodes the named earlier steps kept out, with each verdict."""
+    found: dict[str, str] = {}
+    for step in steps:
+        details = ctx.earlier(step) or {}
+        found.update({str(n): str(v) for n, v in (details.get("kept_out") or {}).items()})
+    return found
 
 
 class Confirmations(Protocol):

@@ -38,7 +38,7 @@ from adapters.kubernetes.base import (
     listed,
 )
 from adapters.kubernetes.config import KubernetesConfig
-from adapters.kubernetes.cordons import CORDONED_BY, cordon_patch
+from adapters.kubernetes.cordons import CORDONED_BY, FAILED_CHECK, cordon_patch
 from adapters.kubernetes.drain import DrainAction
 from adapters.kubernetes.fleet_drain import FLEET_ACTIONS
 from adapters.kubernetes.gpu_operator import (
@@ -231,20 +231,21 @@ class UncordonNodesAction(KubernetesAction):
         for name in args.nodes:
             node = self.backend.get_node(name)
             ours = args.owner is None or node.annotations.get(CORDONED_BY) == args.owner
-            if not ours:
+            if not ours or FAILED_CHECK in node.annotations:  # a check found it faulty
                 kept.append(name)
                 continue
             if node.unschedulable or (args.owner and CORDONED_BY in node.annotations):
                 self.backend.patch_node(name, _uncordon_patch(args.owner), strategic=True)
                 done.append(name)
         details = {"uncordoned": done, "left_alone": kept, "owner": args.owner}
+        why = f"not cordoned by {args.owner}, or kept out for a failed check"
         if not done:
             return ActionResult(
-                "nothing to uncordon" + (f" (not cordoned by {args.owner}: {listed(kept)})"
-                                         if kept else ""), details, changed=False)
+                "nothing to uncordon" + (f" ({why}: {listed(kept)})" if kept else ""),
+                details, changed=False)
         summary = f"uncordoned {listed(done)}"
         if kept:
-            summary += f"; left {listed(kept)} as they were (not cordoned by {args.owner})"
+            summary += f"; left {listed(kept)} as they were ({why})"
         return ActionResult(summary, details)
 
 

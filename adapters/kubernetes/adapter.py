@@ -7,7 +7,7 @@ from typing import Any
 
 from adapters.kubernetes.actions import ACTION_CLASSES, KubernetesActions
 from adapters.kubernetes.config import KubernetesConfig
-from adapters.kubernetes.gpu_gate import GpuGateAction
+from adapters.kubernetes.gpu_gate import GpuGateAction, GpuGateNodesAction
 from adapters.prometheus.gate import configured_settle
 from adapters.registry import Adapter, Built
 
@@ -18,9 +18,11 @@ def _build(config: KubernetesConfig, backends: Mapping[str, Any]) -> Built:
     backend = make_backend(config)
     prometheus = backends.get("prometheus")  # the GPU gate before a node returns (DCGM)
     settle = configured_settle(prometheus)
-    gate = GpuGateAction(backend, config, prometheus=prometheus, gpu_settle=settle)
-    return Built([*KubernetesActions(backend, config).all(), gate], backend)
+    gates = [cls(backend, config, prometheus=prometheus, gpu_settle=settle)
+             for cls in (GpuGateAction, GpuGateNodesAction)]
+    return Built([*KubernetesActions(backend, config).all(), *gates], backend)
 
 
 ADAPTER = Adapter("kubernetes", "kubernetes", KubernetesConfig,
-                  (*ACTION_CLASSES, GpuGateAction), _build, uses=("prometheus",))
+                  (*ACTION_CLASSES, GpuGateAction, GpuGateNodesAction), _build,
+                  uses=("prometheus",))

@@ -1,28 +1,31 @@
-"""``k8s.gpu_gate``: a Kubernetes node's GPUs in DCGM (through Prometheus) before it is
-uncordoned, as the Slurm health check gates a Slurm node (adapters/prometheus/gate.py):
+"""``k8s.gpu_gate`` (``k8s.gpu_gate_nodes``: a set at once): a Kubernetes node's GPUs in
+DCGM (through Prometheus) before it is uncordoned, as the Slurm health check gates a Slurm
+node (adapters/prometheus/gate.py):
 every GPU it should have (GPU Feature Discovery's ``nvidia.com/gpu.count``, else its
 allocatable) reports, no GPU alert fires, no XID or ECC counter rises while it settles. A
 failure keeps the node cordoned, marked as a failed check with the verdict."""
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from adapters.actions import ActionContext, ActionError, ActionResult, Seconds, StrictArguments
 from adapters.kubernetes import cordons
 from adapters.kubernetes.backend import KubernetesError, Node
 from adapters.kubernetes.base import NODE_NAME, KubernetesAction
-from adapters.prometheus.gate import GateFailed, GpuGate, GpuGated, gate_for
+from adapters.prometheus.gate import GateFailed, GpuGate, GpuGated, gate_for, gate_nodes
 from kit.durations import format_duration
 
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # GPU Feature Discovery
+DCGM_NAME = r"^$|^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 class GpuGateArguments(StrictArguments):
     node: str = Field(pattern=NODE_NAME, description="Kubernetes node name")
-    dcgm_name: str = Field(default="", pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    dcgm_name: str = Field(default="", pattern=DCGM_NAME)
     settle: Seconds | None = Field(default=None, le=3600)  # null: prometheus.gpu_settle
 
 
@@ -71,3 +74,67 @@ def expected(node: Node) -> int:
     """The GPUs the node should have: GFD's count label, else what it offers."""
     label = node.labels.get(GPU_COUNT_LABEL, "")
     return int(label) if label.isdigit() else node.gpus_allocatable
+
+
+class GpuGateNodesArguments(StrictArguments):
+    # Kubernetes node name -> its name in DCGM's Hostname ("" or absent: the same)
+    nodes: dict[str, str] = Field(min_length=1, max_length=1000)
+    settle: Seconds | None = Field(default=None, le=3600)  # null: prometheus.gpu_settle
+    # only the nodes cordoned by this owner (window-12): those its uncordon returns
+    owner: str | None = Field(default=None, pattern=r"^[a-z]+-\d+$")
+
+    @field_validator("nodes")
+    @classmethod
+    def _names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, dcgm in value.items():
+            if not re.fullmatch(NODE_NAME, name) or not re.fullmatch(DCGM_NAME, dcgm):
+                raise ValueError(f"{name}: {dcgm!r} is not a node name and its DCGM name")
+        return value
+
+
+class GpuGateNodesAction(GpuGated, KubernetesAction):
+    """The gate over a set of nodes at once (close-window), before they are uncordoned: a
+    node that fails stays cordoned, marked as a failed check with the verdict (so the
+    uncordon after leaves it). It does not fail the step: the others still return, and
+    ``kept_out`` in its result names the nodes for the step that reports (chat.notify)."""
+
+    name: ClassVar[str] = "k8s.gpu_gate_nodes"
+    Arguments: ClassVar[type[StrictArguments]] = GpuGateNodesArguments
+
+    def plan(self, args: GpuGateNodesArguments) -> list[str]:
+        gate_for(self.prometheus, ", ".join(args.nodes), 0, "returning the nodes")
+        which = f" cordoned by {args.owner}" if args.owner else ""
+        return [f"DCGM in Prometheus for {', '.join(args.nodes)}{which} (all at once): every GPU "
+                "of each (nvidia.com/gpu.count) reports, no GPU alert fires, and for "
+                f"{format_duration(self.settle_for(args.settle))} no XID or ECC counter "
+                "rises; a node that fails stays cordoned, marked as a failed check"]
+
+    def run(self, args: GpuGateNodesArguments, ctx: ActionContext) -> ActionResult:
+        prometheus = gate_for(self.prometheus, ", ".join(args.nodes), 0,
+                              "returning the nodes").backend
+        found = {name: node for name in args.nodes
+                 if (node := self.backend.get_node(name)).annotations.get(cordons.CORDONED_BY)
+                 == args.owner or args.owner is None}
+        if not found:
+            return ActionResult(f"none of {', '.join(args.nodes)} is cordoned by {args.owner}",
+                                {"kept_out": {}}, changed=False)
+        dcgm = {name: args.nodes[name] or name for name in found}
+        expect = {dcgm[name]: expected(node) for name, node in found.items()}
+        failed = gate_nodes(prometheus, expect, self.settle_for(args.settle), ctx,
+                            self._sleep)
+        kept = {name: failed[dcgm[name]] for name in found if dcgm[name] in failed}
+        notes = [self._keep_out(found[name], verdict, ctx) for name, verdict in kept.items()]
+        if not kept:
+            return ActionResult(f"the GPUs of {', '.join(found)} passed",
+                                {"kept_out": {}}, changed=False)
+        return ActionResult("KEPT OUT: " + "; ".join(
+            f"{name} ({verdict}{note})" for (name, verdict), note in zip(kept.items(), notes,
+                                                                          strict=True)),
+            {"kept_out": kept}, changed=True)
+
+    def _keep_out(self, node: Node, verdict: str, ctx: ActionContext) -> str:
+        if not node.unschedulable:
+            return f"; not cordoned: cordon it (kubectl cordon {node.name})"
+        self.backend.patch_node(node.name, cordons.failed_check_patch(
+            ctx.execution_id, f"GPU telemetry: {verdict}"), strategic=True)
+        return ""

@@ -139,7 +139,8 @@ class CheckGresAction(GpuGated, _SlurmAction):
 
     def operations(self, args: object) -> tuple[str, ...]:
         # without gpus= it counts the GPUs on the node (srun)
-        return ("run_on_node",) if getattr(args, "gpus", None) is None else ()
+        counts = ("run_on_node",) if getattr(args, "gpus", None) is None else ()
+        return self.needs + counts
 
     def _gate(self, args: CheckGresArguments, gpus: int) -> GpuGate:
         return gate_for(self.prometheus, args.dcgm_name or args.node, gpus,
@@ -160,7 +161,8 @@ class CheckGresAction(GpuGated, _SlurmAction):
                      f"and nothing else (at most {format_duration(args.timeout)})")
         if args.gpu_telemetry:
             gate = self._gate(args, args.gpus or 0).describe(self.settle_for(args.settle))
-            lines.append("then " + gate.replace(f" {args.gpus or 0} GPU(s) ", f" {gpus} GPU(s) "))
+            counted = f" {args.gpus} GPU(s) " if args.gpus else " the GPUs counted "
+            lines.append("then " + gate.replace(f" {args.gpus or 0} GPU(s) ", counted))
         return lines
 
     def _count(self, args: CheckGresArguments, ctx: ActionContext) -> int:

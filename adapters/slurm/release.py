@@ -23,6 +23,9 @@ from kit.durations import format_duration
 class ReleaseArguments(ReservationDeleteArguments):
     gpu_telemetry: bool = True
     settle: Seconds | None = Field(default=None, le=3600)  # null: prometheus.gpu_settle
+    # False: nodes kept out are named in the result (details kept_out), not raised, so the
+    # steps after it still run (close-window: uncordon, unsilence, report)
+    fail_on_kept: bool = True
 
 
 def returning(nodes: list[NodeInfo]) -> list[NodeInfo]:
@@ -44,7 +47,9 @@ class ReservationReleaseAction(GpuGated, ReservationDeleteAction):
                 "service (not drained, not down): every GPU of its gres reports, no GPU alert "
                 f"fires, and for {format_duration(self.settle_for(args.settle))} no XID or "
                 "ECC counter rises; a node that fails is drained with the verdict (a failed "
-                "check) before the reservation goes, and the step fails naming it",
+                "check) before the reservation goes"
+                + (", and the step fails naming it" if args.fail_on_kept else
+                   ", named in the step's result"),
                 *super().plan(args)]
 
     def run(self, args: ReservationDeleteArguments, ctx: ActionContext) -> ActionResult:
@@ -54,14 +59,18 @@ class ReservationReleaseAction(GpuGated, ReservationDeleteAction):
             return super().run(args, ctx)
         kept = self._gate(args, self._read(found.nodes, with_jobs=False), ctx)
         result = super().run(args, ctx)
+        details = {**result.details, "kept_out": kept}
         if kept:
-            raise ActionError(
-                f"{result.summary}; KEPT OUT: " + "; ".join(f"{n} ({v})" for n, v in
-                                                             kept.items())
-                + f" (drained as a failed check); the other nodes of {args.name} are back in "
-                "service. Repair the kept ones (swap-gpu, reset-gpu), whose checks return them")
+            text = (f"{result.summary}; KEPT OUT: " + "; ".join(f"{n} ({v})" for n, v in
+                                                                 kept.items())
+                    + f" (drained as a failed check); the other nodes of {args.name} are "
+                    "back in service. Repair the kept ones (swap-gpu, reset-gpu), whose "
+                    "checks return them")
+            if args.fail_on_kept:
+                raise ActionError(text)
+            return ActionResult(text, details)
         return ActionResult(f"{result.summary}; the GPUs of every node it returned passed",
-                            result.details)
+                            details)
 
     def _gate(self, args: ReleaseArguments, nodes: list[NodeInfo],
               ctx: ActionContext) -> dict[str, str]:

@@ -46,6 +46,19 @@ def in_pool(nodes: str, pool: Collection[str], names: Mapping[str, str]) -> str:
 _env.filters["in_pool"] = in_pool
 
 
+def name_map(nodes: str, pool: Collection[str], names: Mapping[str, str],
+             values: Mapping[str, str], without: str = "") -> dict[str, str]:
+    """``{{ nodes | name_map(kubernetes, kubernetes_name, dcgm_name) }}``: for the nodes of a
+    hostlist in ``pool`` (and not in the hostlist ``without``), their name there -> another
+    of their names (a set's DCGM names)."""
+    left_out = set(hostlist.expand(str(without))) if without else set()
+    return {names[node]: values.get(node, "") for node in hostlist.expand(str(nodes))
+            if node in pool and node not in left_out}
+
+
+_env.filters["name_map"] = name_map
+
+
 def is_template(text: str) -> bool:
     return "{{" in text or "{%" in text
 

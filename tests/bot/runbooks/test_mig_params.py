@@ -11,10 +11,13 @@ import pytest
 
 from adapters.actions import Action
 from adapters.kubernetes.actions import KubernetesActions
+from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.fake import FakeKubernetes
+from adapters.kubernetes.gpu_gate import GpuGateAction
+from adapters.prometheus.fake import FakePrometheus
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fake import FakeSlurm
-from adapters.slurm.mig import MIG_ACTIONS
+from adapters.slurm.mig import CheckGresAction, MigApplyAction
 from bot.config import Config
 from bot.execution.assembly import assemble
 from bot.execution.planning import make_plan
@@ -77,8 +80,11 @@ def catalogue() -> Catalogue:
                       "accepts_args": True},
         "gpu-count": {"argv": ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"]}}})
     backend = FakeSlurm(["gpu03"])
-    return Catalogue([*KubernetesActions(FakeKubernetes(["gpu06"])).all(),
-                      *(cls(backend, slurm) for cls in MIG_ACTIONS),
+    kube = FakeKubernetes(["gpu06"])
+    return Catalogue([*KubernetesActions(kube).all(),
+                      GpuGateAction(kube, KubernetesConfig(), prometheus=FakePrometheus([])),
+                      MigApplyAction(backend, slurm),
+                      CheckGresAction(backend, slurm, prometheus=FakePrometheus([])),
                       *_slurm_basics(backend, slurm)], KNOWN)
 
 
@@ -110,4 +116,6 @@ def test_the_plan_shows_the_label_and_the_resources_from_the_configuration() -> 
     assert ops["slurm-apply"][1].endswith(
         "-- nvidia-mig-parted apply -f /etc/mig.yaml -c all-disabled")
     assert "Gres must be one GPU type, no MIG profile, 1 per GPU" in ops["slurm-check"][1]
+    assert ops["slurm-check"][2].startswith("then DCGM in Prometheus: the GPUs counted of gpu03 "
+                                            "report")
     assert ops["slurm-publish"] == ["run on the bot host: lab mig-reload gpu03"]

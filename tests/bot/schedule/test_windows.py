@@ -20,6 +20,11 @@ import pytest
 import time_machine
 from sqlalchemy import func, select
 
+from adapters.kubernetes.config import KubernetesConfig
+from adapters.kubernetes.cordons import FAILED_CHECK
+from adapters.kubernetes.gpu_gate import GpuGateNodesAction
+from adapters.slurm.config import SlurmConfig
+from adapters.slurm.release import ReservationReleaseAction
 from bot.alerts import proposing
 from bot.alerts.proposing import Webhook, WebhookAlert
 from bot.execution import locking
@@ -545,6 +550,49 @@ def test_a_gpu_alert_inside_a_window_reaches_people_and_keeps_its_node_out(
     said = [e["data"] for e in events(bot) if e["kind"] == "step_finished"
             and e["data"].get("step") == "announce"]
     assert said and "KEPT OUT OF SERVICE: gpu04" in said[-1]["summary"]
+
+
+def test_a_node_missing_a_gpu_at_the_close_stays_out_and_the_close_fails_naming_it(
+        bot: Service, systems: Systems) -> None:
+    """The GPU gate of close-window: gpu04 (Slurm and Kubernetes) reports 7 GPUs in DCGM
+    when the window closes; it stays drained and cordoned, marked as a failed check, gpu03
+    returns, the silence ends, and the run fails naming gpu04 and the verdict."""
+    window = create(bot)
+    windows.approve(bot, window.id, "carol")
+    windows.fire_open(bot, window.id)
+    drive(bot)
+    systems.prometheus.gpus_of["gpu04"] = 7
+    windows.fire_close(bot, window.id)
+    drive(bot)
+    close = bot.get(windows.get(bot, window.id).close_execution_id or 0)
+    assert close.state == "failed"
+    said = close.error or ""
+    assert "KEPT OUT" in said and "gpu04: DCGM reports 7 of 8 GPUs of gpu04: GPU 7" in said
+    assert systems.slurm.reserved == {}
+    assert "DRAIN" not in systems.slurm.state["gpu03"].flags
+    assert systems.slurm.state["gpu04"].reason.startswith("GPU telemetry: DCGM reports 7 of 8")
+    assert systems.slurm.state["gpu04"].reason.endswith(f"(execution {close.id}: failed check)")
+    assert systems.cordoned() == {"gpu04": f"window-{window.id}"}
+    marked = systems.kubernetes.nodes["gpu04"].annotations[FAILED_CHECK]
+    assert marked.startswith("GPU telemetry: DCGM reports 7 of 8")
+    assert systems.alertmanager.active() == []
+
+
+def test_close_window_without_prometheus_is_refused_unless_break_glass(
+        bot: Service, systems: Systems) -> None:
+    bot.catalogue = Catalogue([a for a in bot.catalogue._actions.values()
+                               if a.name not in ("k8s.gpu_gate_nodes", "slurm.reservation_release")]
+                              + [GpuGateNodesAction(systems.kubernetes, KubernetesConfig()),
+                                 ReservationReleaseAction(systems.slurm, SlurmConfig())])
+    params = {"window": "9", "nodes": "gpu[03-04]", "slurm_nodes": "gpu[03-04]",
+              "k8s_nodes": "gpu04", "alert_nodes": "gpu03,gpu04"}
+    with pytest.raises(Refused, match="no Prometheus is configured"):
+        bot.plan("close-window", params)
+    with pytest.raises(Refused, match="gpu_telemetry"):
+        bot.plan("close-window", {**params, "gpu_telemetry": "false"})
+    plan = bot.plan("close-window", {**params, "gpu_telemetry": "false"}, break_glass=True)
+    assert [s.id for s in plan.steps if not s.skipped] == ["release", "uncordon", "unsilence",
+                                                            "announce"]
 
 
 def events(bot: Service) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
-"""The adapters' in-memory Slurm, Kubernetes and Alertmanager fakes (adapters/*/fake.py),
-bundled for window tests: the real ``slurm.*``, ``k8s.*`` and ``alertmanager.*`` actions run
-over them, so open-window and close-window are exercised as against the lab (which
-tests/runbooks does)."""
+"""The adapters' in-memory Slurm, Kubernetes, Alertmanager and Prometheus fakes
+(adapters/*/fake.py), bundled for window tests: the real ``slurm.*``, ``k8s.*`` and
+``alertmanager.*`` actions (the GPU gates too) run over them, so open-window and
+close-window are exercised as against the lab (which tests/runbooks does)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,14 @@ from adapters.alertmanager import AlertmanagerActions, AlertmanagerConfig
 from adapters.alertmanager.fake import FakeAlertmanager
 from adapters.kubernetes.actions import KubernetesActions
 from adapters.kubernetes.backend import Node
+from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.fake import FakeKubernetes
+from adapters.kubernetes.gpu_gate import GpuGateNodesAction
+from adapters.prometheus.fake import FakePrometheus
 from adapters.slurm.actions import SlurmActions
+from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fake import FakeSlurm
+from adapters.slurm.release import ReservationReleaseAction
 from bot.execution.checks.capacity import CapacityEvaluator
 from bot.execution.checks.core import Checks
 from bot.service import Service
@@ -31,11 +36,16 @@ class Systems:
         self.slurm = FakeSlurm(slurm_nodes)
         self.kubernetes = FakeKubernetes(k8s_nodes)
         self.alertmanager = FakeAlertmanager()
+        self.prometheus = FakePrometheus([], gpus=8)  # every GPU reports, none errs
 
     def actions(self) -> list[Action]:
         return [
             *SlurmActions(self.slurm, sleep=lambda s: None).all(),
             *KubernetesActions(self.kubernetes, sleep=lambda s: None).all(),
+            ReservationReleaseAction(self.slurm, SlurmConfig(), lambda s: None,
+                                     prometheus=self.prometheus, gpu_settle=0.0),
+            GpuGateNodesAction(self.kubernetes, KubernetesConfig(), lambda s: None,
+                               prometheus=self.prometheus, gpu_settle=0.0),
             *AlertmanagerActions(AlertmanagerConfig(url="http://alertmanager.invalid:9093"),
                                  self.alertmanager).all(),
         ]
