@@ -119,3 +119,16 @@ def run_check_command(command: HostCommand, timeout: float) -> tuple[int, str]:
     """Run an allow-listed command for a check; returns (exit code, combined output tail)."""
     done = _run(command, command.argv, timeout)
     return done.returncode, (done.stdout + done.stderr)[-OUTPUT_LIMIT:]
+
+
+def verdict(out: str, err: str, code: int) -> str:
+    """The most telling line of a failed check: the check's own failing line before srun's."""
+
+    def lines(text: str) -> list[str]:
+        return [line.strip(" |") for line in text.splitlines() if line.strip(" |-+=")]
+
+    def failing(text: str) -> list[str]:
+        return [line for line in lines(text) if "fail" in line.lower() or "error" in line.lower()]
+
+    found = failing(out) or failing(err) or lines(out) or lines(err) or [f"exit code {code}"]
+    return " ".join(found[0].split())[:150]

@@ -41,6 +41,7 @@ from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.cordons import CORDONED_BY, FAILED_CHECK, cordon_patch
 from adapters.kubernetes.drain import DrainAction
 from adapters.kubernetes.fleet_drain import FLEET_ACTIONS
+from adapters.kubernetes.gpu_diag import GpuDiagAction
 from adapters.kubernetes.gpu_operator import (
     DriverVersionsAction,
     SetDriverVersionAction,
@@ -360,7 +361,7 @@ class WaitLabelsAction(KubernetesAction):
 
 ACTION_CLASSES: tuple[type[KubernetesAction], ...] = (
     CordonAction, UncordonAction, CordonNodesAction, UncordonNodesAction, DrainAction,
-    LabelAction, TaintAction, WaitLabelsAction, RequestRebootAction,
+    LabelAction, TaintAction, WaitLabelsAction, RequestRebootAction, GpuDiagAction,
     SetDriverVersionAction, WaitUpgradeStateAction, WaitValidatorAction, DriverVersionsAction,
     *MIG_ACTIONS, *UPGRADE_ACTIONS, *FLEET_ACTIONS,
 )

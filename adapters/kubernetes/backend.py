@@ -247,6 +247,33 @@ class Lease:
                 "metadata": metadata, "spec": spec}
 
 
+@dataclass(frozen=True)
+class Job:
+    """A batch/v1 Job as its status tells it: ``outcome`` is ``running`` until the Job
+    controller sets its Complete or Failed condition (``reason``, ``message`` its words)."""
+
+    namespace: str
+    name: str
+    outcome: Literal["running", "complete", "failed"] = "running"
+    reason: str = ""
+    message: str = ""
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> Job:
+        metadata, status = obj.get("metadata") or {}, obj.get("status") or {}
+        outcome: Literal["running", "complete", "failed"] = "running"
+        reason = message = ""
+        for condition in status.get("conditions") or []:
+            if condition.get("status") != "True":
+                continue
+            if condition.get("type") in ("Complete", "Failed"):
+                outcome = "complete" if condition["type"] == "Complete" else "failed"
+                reason = str(condition.get("reason") or "")
+                message = str(condition.get("message") or "")
+        return cls(str(metadata.get("namespace", "")), str(metadata.get("name", "")), outcome,
+                   reason, message)
+
+
 def _time(value: Any) -> datetime | None:
     if not value:
         return None
@@ -308,6 +335,21 @@ class KubernetesBackend(Protocol):
 
     def driver_versions(self, label_selector: str | None = None) -> dict[str, str | None]:
         """Node name -> the driver version its configured label reports (None: no label)."""
+        ...
+
+    def create_job(self, namespace: str, body: Mapping[str, Any]) -> Job:
+        """POST a batch/v1 Job; KubernetesConflict when the name is taken."""
+        ...
+
+    def get_job(self, namespace: str, name: str) -> Job | None: ...
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """DELETE with its pods (propagationPolicy Background: the API's default for Jobs
+        orphans them); one already gone is no error."""
+        ...
+
+    def pod_log(self, namespace: str, name: str, tail_lines: int = 200) -> str:
+        """The last lines of the pod's (first container's) log."""
         ...
 
     def get_lease(self, namespace: str, name: str) -> Lease | None: ...

@@ -23,6 +23,7 @@ from kubernetes.config.config_exception import ConfigException
 from adapters.actions import ActionTimeout
 from adapters.kubernetes.backend import (
     Eviction,
+    Job,
     KubernetesError,
     KubernetesNotFound,
     Lease,
@@ -46,6 +47,9 @@ CLUSTER_OBJECTS = "/apis/{group}/{version}/{plural}"
 NAMESPACED_OBJECT = "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 LEASE = LEASES + "/{name}"
+JOBS = "/apis/batch/v1/namespaces/{namespace}/jobs"
+JOB = JOBS + "/{name}"
+POD_LOG = "/api/v1/namespaces/{namespace}/pods/{name}/log"
 
 
 def make_api_client(config: KubernetesConfig) -> k8s.ApiClient:
@@ -118,11 +122,11 @@ class ClientBackend:
 
     def _send(self, method: str, path: str, limit: float, names: Mapping[str, str],
               query: Mapping[str, str | None] | None = None, body: Any = None,
-              content_type: str | None = None) -> bytes:
+              content_type: str | None = None, accept: str = "application/json") -> bytes:
         """One request as the generated API method sends it: ``path``'s ``{placeholders}``
         filled from ``names`` and quoted alike, JSON asked for, a Content-Type only where the
         method sets one (patches). The body of a 2xx answer, else ApiException."""
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
         request = self.api_client.param_serialize(
@@ -266,6 +270,40 @@ class ClientBackend:
         selector = label_selector or self.config.gpu_operator.gpu_node_selector
         return {node.name: node.labels.get(label) if label else None
                 for node in self.list_nodes(selector)}
+
+    # --- jobs ---------------------------------------------------------------------
+
+    def create_job(self, namespace: str, body: Mapping[str, Any]) -> Job:
+        return Job.from_api(self._call(f"POST /apis/batch/v1/namespaces/{namespace}/jobs",
+                                       "POST", JOBS, {"namespace": namespace},
+                                       body=dict(body)))
+
+    def get_job(self, namespace: str, name: str) -> Job | None:
+        try:
+            return Job.from_api(self._call(
+                f"GET /apis/batch/v1/namespaces/{namespace}/jobs/{name}", "GET", JOB,
+                {"namespace": namespace, "name": name}))
+        except KubernetesNotFound:
+            return None
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(KubernetesNotFound):
+            self._call(f"DELETE /apis/batch/v1/namespaces/{namespace}/jobs/{name}", "DELETE",
+                       JOB, {"namespace": namespace, "name": name},
+                       body={"propagationPolicy": "Background"})
+
+    def pod_log(self, namespace: str, name: str, tail_lines: int = 200) -> str:
+        request = f"GET /api/v1/namespaces/{namespace}/pods/{name}/log"
+        limit = self._timeout(request)
+        try:
+            data = self._send("GET", POD_LOG, limit, {"namespace": namespace, "name": name},
+                              query={"tailLines": str(tail_lines)},
+                              accept="text/plain")  # as read_namespaced_pod_log asks
+        except k8s.ApiException as exc:
+            raise self._api_error(request, exc) from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise self._transport_error(request, exc, limit) from exc
+        return data.decode(errors="replace")
 
     # --- leases -------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +33,32 @@ class GpuOperatorConfig(BaseModel):
     validator_selector: str = "app=nvidia-operator-validator"  # validator DaemonSet's pods
 
 
+class GpuDiagConfig(BaseModel):
+    """``dcgmi diag`` on a node only in Kubernetes (``k8s.gpu_diag``): a Job pinned to the
+    node (``nodeName``, so a cordon does not keep it off), asking for every GPU of it, in
+    ``namespace`` (the bot's own by default: its Role grants Jobs there), running ``image``
+    with ``command`` and the level appended (1 quick to 4 long; ``level`` the default). DCGM's
+    diagnostics need ``security_context``'s SYS_ADMIN: the namespace's Pod Security level
+    must allow it. ``tolerations`` let it onto a tainted GPU node; ``ttl_seconds`` is how
+    long Kubernetes keeps a Job the bot could not delete."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str = Field(default="gpu-runbook-bot",
+                           pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    image: str = Field(default="nvcr.io/nvidia/cloud-native/dcgm:3.3.5-1-ubuntu22.04",
+                       min_length=1)
+    command: list[str] = Field(default_factory=lambda: ["dcgmi", "diag", "-r"], min_length=1)
+    level: int = Field(default=2, ge=1, le=4)
+    timeout: float = Field(default=1800.0, gt=0)  # seconds the Job may take
+    tolerations: list[dict[str, str]] = Field(
+        default_factory=lambda: [{"operator": "Exists"}])
+    security_context: dict[str, Any] = Field(
+        default_factory=lambda: {"capabilities": {"add": ["SYS_ADMIN"]}})
+    service_account: str | None = None
+    ttl_seconds: int = Field(default=3600, ge=0)
+
+
 class KubernetesConfig(BaseModel):
     """How the bot reaches the Kubernetes API.
 
@@ -56,3 +82,4 @@ class KubernetesConfig(BaseModel):
                                       pattern=r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9][-A-Za-z0-9_.]"
                                               r"{0,61}[A-Za-z0-9]$")
     gpu_operator: GpuOperatorConfig = Field(default_factory=GpuOperatorConfig)
+    gpu_diag: GpuDiagConfig = Field(default_factory=GpuDiagConfig)

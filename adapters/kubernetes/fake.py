@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.kubernetes.backend import (
     Eviction,
+    Job,
     KubernetesConflict,
     KubernetesNotFound,
     Lease,
@@ -82,6 +83,10 @@ class FakeKubernetes:
         self.objects: dict[tuple[str, str, str, str | None, str], dict[str, Any]] = {}
         self.served: set[tuple[str, str, str]] = set()  # custom resources with no object yet
         self.leases: dict[tuple[str, str], Lease] = {}
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}  # the bodies as created
+        self.jobs_created: list[tuple[str, dict[str, Any]]] = []  # (namespace, body), ever
+        self.job_outcomes: dict[tuple[str, str], Job] = {}  # set by a test: how a Job ended
+        self.logs: dict[tuple[str, str], str] = {}  # pod (namespace, name) -> its log
         self.driver_version_label: str | None = DRIVER_VERSION_LABEL
         self._versions = itertools.count(1)
 
@@ -184,6 +189,31 @@ class FakeKubernetes:
         label = self.driver_version_label
         return {node.name: node.labels.get(label) if label else None
                 for node in self.list_nodes(label_selector)}
+
+    # --- jobs ----------------------------------------------------------------------
+
+    def create_job(self, namespace: str, body: Mapping[str, Any]) -> Job:
+        name = str((body.get("metadata") or {}).get("name", ""))
+        if (namespace, name) in self.jobs:
+            raise KubernetesConflict(f"jobs.batch {name} already exists", status=409)
+        self.jobs[(namespace, name)] = copy.deepcopy(dict(body))
+        self.jobs_created.append((namespace, copy.deepcopy(dict(body))))
+        return Job(namespace, name)
+
+    def get_job(self, namespace: str, name: str) -> Job | None:
+        if (namespace, name) not in self.jobs:
+            return None
+        return self.job_outcomes.get((namespace, name), Job(namespace, name))
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        self.jobs.pop((namespace, name), None)
+        self.pods = [p for p in self.pods if not (p.namespace == namespace
+                                                   and p.labels.get("job-name") == name)]
+
+    def pod_log(self, namespace: str, name: str, tail_lines: int = 200) -> str:
+        if not any((p.namespace, p.name) == (namespace, name) for p in self.pods):
+            raise KubernetesNotFound(f'pods "{name}" not found', status=404)
+        return "\n".join(self.logs.get((namespace, name), "").splitlines()[-tail_lines:])
 
     # --- leases --------------------------------------------------------------------
 

@@ -23,12 +23,11 @@ from adapters.actions import (
     Seconds,
     StrictArguments,
 )
-from adapters.host import HostCommand, allowed_argv
+from adapters.host import HostCommand, allowed_argv, verdict
 from adapters.prometheus.gate import GateFailed, GpuGate, GpuGated, gate_for
 from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _check_text, _SlurmAction
 from adapters.slurm.backend import REBOOT_FLAGS, NodeInfo
-from adapters.slurm.health import verdict
 from kit.durations import format_duration
 
 

@@ -23,7 +23,7 @@ from adapters.actions import (
     Seconds,
     StrictArguments,
 )
-from adapters.host import OUTPUT_LIMIT, allowed_argv
+from adapters.host import OUTPUT_LIMIT, allowed_argv, verdict
 from adapters.prometheus.gate import GateFailed, GpuGate, GpuGated, gate_for
 from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _SlurmAction
@@ -216,16 +216,3 @@ class HealthCheckAction(GpuGated, _SlurmAction):
 
 class _CheckFailed(Exception):
     """The check ran and failed; the node is already drained with the verdict."""
-
-
-def verdict(out: str, err: str, code: int) -> str:
-    """The most telling line of a failed check: the check's own failing line before srun's."""
-
-    def lines(text: str) -> list[str]:
-        return [line.strip(" |") for line in text.splitlines() if line.strip(" |-+=")]
-
-    def failing(text: str) -> list[str]:
-        return [line for line in lines(text) if "fail" in line.lower() or "error" in line.lower()]
-
-    found = failing(out) or failing(err) or lines(out) or lines(err) or [f"exit code {code}"]
-    return " ".join(found[0].split())[:150]

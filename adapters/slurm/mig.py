@@ -22,11 +22,10 @@ from adapters.actions import (
     Seconds,
     StrictArguments,
 )
-from adapters.host import OUTPUT_LIMIT, allowed_argv
+from adapters.host import OUTPUT_LIMIT, allowed_argv, verdict
 from adapters.prometheus.gate import GateFailed, GpuGate, GpuGated, gate_for
 from adapters.slurm import commands, reasons
 from adapters.slurm.actions import NAME_PATTERN, _SlurmAction
-from adapters.slurm.health import verdict
 from kit.durations import format_duration
 
 LAYOUT = r"^[a-z0-9][a-z0-9._-]{0,62}$"

@@ -25,12 +25,11 @@ from adapters.actions import (
     Seconds,
     StrictArguments,
 )
-from adapters.host import allowed_argv
+from adapters.host import allowed_argv, verdict
 from adapters.prometheus.gate import GateFailed, GpuGate, GpuGated, gate_for
 from adapters.slurm import hostlist, reasons
 from adapters.slurm.backend import REBOOT_FLAGS, NeedsOperations, SlurmBackend
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.health import verdict
 
 MAINT = ["MAINT", "IGNORE_JOBS"]
 

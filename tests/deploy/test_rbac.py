@@ -4,8 +4,9 @@ sends: the lab's API server logs every request with its RBAC attributes
 session (tests/deploy/conftest.py), so it judges every request the adapter sent during the
 session's tests (the runbooks end to end, the adapter's contract tests, leader election),
 plus a round of its own that touches every operation the adapter has (cordon, uncordon,
-label, taint, drain with evictions, wait_labels, the GPU Operator in both driver modes,
-leader election's Lease), so that it judges the same ground when run alone.
+label, taint, drain with evictions, wait_labels, the GPU diagnostic's Job and log, the GPU
+Operator in both driver modes, leader election's Lease), so that it judges the same ground
+when run alone.
 
 Two directions, both must hold:
   - every request the adapter sent is allowed by the rendered ClusterRole (or, for Leases,
@@ -92,6 +93,7 @@ def drive_the_adapter(lab: Lab) -> None:
         run("k8s.wait_labels", nodes=[NODE], labels={DRIVER_LABEL: driver}, timeout=5, poll=0.1)
         run("k8s.drain", node=NODE, timeout=90)
         run("k8s.uncordon", node=NODE)
+        run("k8s.gpu_diag", node=NODE, timeout=60, poll=0.2)  # a Job, its pod's log
         run("gpu_operator.driver_versions")
         run("gpu_operator.wait_validator", node=NODE, timeout=60, poll=0.2)
         # The ClusterPolicy: a change and back, with the lab's upgrades paused meanwhile.

@@ -175,7 +175,7 @@ def test_a_kubernetes_only_node_reboots_through_the_agent(gpu06: Lab, bot: Servi
                                 "method": "reboot", "timeout": "2m", "reboot_timeout": "1m"})
     assert ex.state == "succeeded", ex.error
     finished = [e["data"]["step"] for e in events(bot, ex.id) if e["kind"] == "step_finished"]
-    assert finished == ["k8s-drain", "k8s-reboot", "validator", "k8s-gpus", "uncordon"]
+    assert finished == ["k8s-drain", "k8s-reboot", "validator", "k8s-diag", "k8s-gpus", "uncordon"]
     [label_line] = [op for step in ex.plan.steps if step.id == "k8s-reboot"
                     for op in step.operations][:1]
     assert label_line.startswith(f"kubectl label node gpu06 {REBOOT_LABEL}=")

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 
-from . import mig, policy, reboot
+from . import jobs, mig, policy, reboot
 from .cluster import Cluster, selects, set_crashing, tolerates
 from .errors import Obj
 from .faults import node_faults, record_driver
@@ -334,6 +334,7 @@ class ControllerLoop(threading.Thread):
                     last_upgrade = now
                 mig.tick(self.cluster)
                 reboot.tick(self.cluster)
+                jobs.tick(self.cluster)
                 if now - last_save >= 1.0:
                     self.cluster.store.save()
                     last_save = now

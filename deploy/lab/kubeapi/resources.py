@@ -44,6 +44,7 @@ RESOURCES = [
     Resource("apps", "v1", "replicasets", "ReplicaSet", True, ("rs",), categories=("all",)),
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",)),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
+    Resource("batch", "v1", "jobs", "Job", True, categories=("all",)),
     Resource("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False, builtin=False),
     Resource("nvidia.com", "v1alpha1", "nvidiadrivers", "NVIDIADriver", False, ("nvd",),
              builtin=False),
@@ -58,7 +59,9 @@ RESOURCES = [
 # Subresources listed in discovery: (parent plural, subresource, kind, group, version, verbs).
 SUBRESOURCES = {
     "pods": [("eviction", "Eviction", "policy", "v1", ("create",)),
+             ("log", "Pod", "", "", ("get",)),
              ("status", "Pod", "", "", ("get", "patch", "update"))],
+    "jobs": [("status", "Job", "", "", ("get", "patch", "update"))],
     "nodes": [("status", "Node", "", "", ("get", "patch", "update"))],
     "daemonsets": [("status", "DaemonSet", "", "", ("get", "patch", "update"))],
     "poddisruptionbudgets": [("status", "PodDisruptionBudget", "", "", ("get", "patch", "update"))],

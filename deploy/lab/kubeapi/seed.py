@@ -23,7 +23,9 @@ from .resources import by_kind
 from .server import VERSION
 from .store import meta
 
-NAMESPACES = ["default", "kube-system", "kube-public", "kube-node-lease", "serving", OPERATOR_NS]
+# gpu-runbook-bot: the bot's own namespace, where its GPU diagnostic Jobs run
+NAMESPACES = ["default", "kube-system", "kube-public", "kube-node-lease", "serving", OPERATOR_NS,
+              "gpu-runbook-bot"]
 PRODUCT = "NVIDIA-H100-80GB-HBM3"
 POOL_LABEL = "lab.gpu-runbook-bot/node-pool"
 POOL = "serving-h100"

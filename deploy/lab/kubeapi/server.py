@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from . import errors, policy, resources, tables
+from . import errors, jobs, policy, resources, tables
 from .audit import RequestLog
 from .cluster import Cluster
 from .errors import ApiError, Obj, status_body
@@ -213,7 +213,8 @@ class Handler(BaseHTTPRequestHandler):
         store = self.server.cluster.store
         verb = self.command
         dry_run = query.get("dryRun") == "All"
-        if sub not in (None, "status", "eviction") or (sub == "eviction" and res.plural != "pods"):
+        if sub not in (None, "status", "eviction", "log") or (
+                sub in ("eviction", "log") and res.plural != "pods"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if name is None:
             if verb == "GET":
@@ -229,6 +230,9 @@ class Handler(BaseHTTPRequestHandler):
                 return
             raise errors.method_not_allowed(verb.lower(), res.group, res.plural)
         ns = ns or ""
+        if sub == "log":
+            self.pod_log(ns, name, query)
+            return
         if sub == "eviction":
             if verb != "POST":
                 raise errors.method_not_allowed(verb.lower(), "policy", "eviction")
@@ -256,6 +260,9 @@ class Handler(BaseHTTPRequestHandler):
                 pod = self.server.cluster.delete_pod(ns, name, grace)
                 self.send_json(200, pod)
             else:
+                if res.plural == "jobs" and not dry_run:  # its pods go first (GC's order)
+                    jobs.delete_dependents(self.server.cluster, store.get(res, ns, name),
+                                           options.get("propagationPolicy"))
                 gone = store.delete(res, ns, name, dry_run)
                 details = {"name": name, "kind": res.plural, "uid": meta(gone)["uid"]}
                 if res.group:
@@ -263,6 +270,17 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_json(200, status_body("Success", 200, details=details))
         else:
             raise errors.method_not_allowed(verb.lower(), res.group, res.plural)
+
+    def pod_log(self, ns: str, name: str, query: dict[str, str]) -> None:
+        """GET .../pods/NAME/log: the container's output so far, as text (tailLines)."""
+        if self.command != "GET":
+            raise errors.method_not_allowed(self.command.lower(), "", "pods/log")
+        pod = self.server.cluster.store.get(resources.by_kind("Pod"), ns, name)
+        text = str((meta(pod).get("annotations") or {}).get(jobs.LOG, ""))
+        tail = query.get("tailLines")
+        if tail and tail.isdigit():
+            text = "".join(text.splitlines(keepends=True)[-int(tail):])
+        self.send_text(200, text)
 
     def patch(self, res: Resource, ns: str, name: str, sub: str | None, dry_run: bool) -> Obj:
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()

@@ -193,6 +193,8 @@ class Store:
             m.pop("namespace", None)
         validate(res, obj)
         with self.lock:
+            if res.namespaced and ("", ns) not in self.objects.get("namespaces", {}):
+                raise errors.not_found("", "namespaces", ns)  # as the real API answers
             bucket = self.objects[res.key]
             if (ns, name) in bucket:
                 raise errors.already_exists(res.group, res.plural, name)
