@@ -115,14 +115,37 @@ class QuarantineConfig(BaseModel):
         return sorted(set(value))
 
 
+class IntakeConfig(BaseModel):
+    """Faults the bot did not raise, taken in as alerts (bot/alerts/intake.py): every
+    ``every`` seconds the leader reads the Slurm nodes drained by someone else (NHC, a
+    person, Slurm: alert ``SlurmNodeDrained``) when ``slurm_drains``, and the Kubernetes
+    nodes whose condition of a listed type is True (node-problem-detector's: alert
+    ``KubernetesNodeCondition``). ``alert_rules`` say what each proposes; 0 turns it off."""
+
+    model_config = ConfigDict(extra="forbid")
+    every: float = Field(default=60.0, ge=0)
+    slurm_drains: bool = True
+    kubernetes_conditions: list[str] = Field(default_factory=list)
+
+    @field_validator("kubernetes_conditions")
+    @classmethod
+    def _types(cls, value: list[str]) -> list[str]:
+        for kind in value:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,62}", kind) or kind == "Ready":
+                raise ValueError(f"{kind!r} is not a node condition type like GpuXidError "
+                                 "(Ready is not a problem)")
+        return value
+
+
 class RemediationConfig(BaseModel):
-    """The XID table, repeat offenders, the breaker and quarantine."""
+    """The XID table, repeat offenders, the breaker, quarantine and the intake."""
 
     model_config = ConfigDict(extra="forbid")
     xid: dict[int, XidAction] = Field(default_factory=lambda: dict(DEFAULT_XID_ACTIONS))
     repeat: RepeatConfig = Field(default_factory=RepeatConfig)
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     quarantine: QuarantineConfig = Field(default_factory=QuarantineConfig)
+    intake: IntakeConfig = Field(default_factory=IntakeConfig)
 
     @field_validator("xid")
     @classmethod

@@ -91,6 +91,9 @@ class Node:
     # status.allocatable's nvidia.com/* resources (nvidia.com/gpu, nvidia.com/mig-3g.40gb)
     nvidia_allocatable: Mapping[str, int] = field(default_factory=dict)
     boot_id: str = ""  # status.nodeInfo.bootID: changes at every boot
+    # the conditions that are True but Ready (node-problem-detector's, pressures): type ->
+    # (reason, message, lastTransitionTime)
+    problems: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> Node:
@@ -114,6 +117,11 @@ class Node:
                 (((obj.get("status") or {}).get("allocatable") or {}).items())
                 if str(key).startswith("nvidia.com/")},
             boot_id=str(((obj.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""),
+            problems={str(c.get("type")): (str(c.get("reason") or ""),
+                                           str(c.get("message") or ""),
+                                           str(c.get("lastTransitionTime") or ""))
+                      for c in conditions if c.get("status") == "True"
+                      and c.get("type") not in ("Ready", None)},
         )
 
 

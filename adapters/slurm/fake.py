@@ -6,6 +6,7 @@ It keeps node states, jobs and reservations as Slurm would and records every cha
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
@@ -50,7 +51,9 @@ class FakeSlurm:
         for name in names:
             node = self.state[name]
             flags = (node.flags | {"DRAIN"}) if state == "DRAIN" else node.flags - {"DRAIN"}
-            self.state[name] = replace(node, flags=frozenset(flags), reason=reason or "")
+            when = int(time.time()) if state == "DRAIN" else None  # as Slurm stamps a reason
+            self.state[name] = replace(node, flags=frozenset(flags), reason=reason or "",
+                                       reason_time=when)
 
     def update_features(self, names: list[str], features: list[str]) -> None:
         self.calls.append(("features", list(names), list(features)))

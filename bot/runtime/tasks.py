@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.alerts import intake
 from bot.execution.engine import Engine, Reporter
 from bot.schedule.scheduler import Scheduler, log_line
 from bot.service import Service
@@ -87,3 +88,22 @@ def checkpoint_task(bot: Service, path: Path | None, say: Callable[[str], None] 
         record()  # the head as this leader leaves it
 
     return Task(name="audit-checkpoints", run=run, leader_only=True)
+
+
+def intake_task(bot: Service, say: Callable[[str], None] = log_line) -> Task:
+    """The leader takes in faults the bot did not raise (bot.alerts.intake) every
+    ``remediation.intake.every`` seconds (0: never)."""
+
+    def run(stop: threading.Event) -> None:
+        every = bot.config.remediation.intake.every
+        while every > 0 and not stop.wait(every):
+            try:
+                touched = intake.scan(bot)
+            except Exception as exc:  # a system that does not answer: said, tried again
+                say(f"not read this time: {exc}")
+                continue
+            for proposal in touched:
+                say(f"proposal {proposal.id} ({proposal.alertname} on "
+                    f"{proposal.labels.get('node')}): {proposal.state}")
+
+    return Task(name="intake", run=run, leader_only=True)

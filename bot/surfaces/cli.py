@@ -596,7 +596,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from bot.runtime.access import AlertsAuthError, alerts_access
     from bot.runtime.httpserver import ListenError
     from bot.runtime.serving import serve
-    from bot.runtime.tasks import scheduler_task
+    from bot.runtime.tasks import intake_task, scheduler_task
 
     config = _config(args)
     host = args.host or config.server.host
@@ -614,6 +614,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tasks = list(slack.tasks()) if slack else []
     # schedules and windows: fired by the leader only, like the engine runs executions
     tasks.append(scheduler_task(bot, lambda line: print(f"[scheduler] {line}", flush=True)))
+    # drains and node conditions the bot did not make: proposals, by the leader
+    tasks.append(intake_task(bot, lambda line: print(f"[intake] {line}", flush=True)))
     tasks += _audit_tasks(bot, slack)
     tasks += _ship_tasks(bot)  # the audit log to syslog and OTLP receivers, by the leader
     report = _report
