@@ -82,6 +82,9 @@ class GpuGateNodesArguments(StrictArguments):
     settle: Seconds | None = Field(default=None, le=3600)  # null: prometheus.gpu_settle
     # only the nodes cordoned by this owner (window-12): those its uncordon returns
     owner: str | None = Field(default=None, pattern=r"^[a-z]+-\d+$")
+    # a failing node in service is cordoned (a driver rollout returned it): else only named
+    cordon: bool = False
+    fail_on_kept: bool = False  # the step fails naming the nodes kept out
 
     @field_validator("nodes")
     @classmethod
@@ -93,10 +96,11 @@ class GpuGateNodesArguments(StrictArguments):
 
 
 class GpuGateNodesAction(GpuGated, KubernetesAction):
-    """The gate over a set of nodes at once (close-window), before they are uncordoned: a
+    """The gate over a set of nodes at once: before they are uncordoned (close-window) a
     node that fails stays cordoned, marked as a failed check with the verdict (so the
-    uncordon after leaves it). It does not fail the step: the others still return, and
-    ``kept_out`` in its result names the nodes for the step that reports (chat.notify)."""
+    uncordon after leaves it); after the GPU Operator returned them (a driver rollout,
+    ``cordon``) a failing node is cordoned and marked. ``kept_out`` in the result names
+    them for the step that reports (chat.notify), or the step fails (``fail_on_kept``)."""
 
     name: ClassVar[str] = "k8s.gpu_gate_nodes"
     Arguments: ClassVar[type[StrictArguments]] = GpuGateNodesArguments
@@ -107,7 +111,10 @@ class GpuGateNodesAction(GpuGated, KubernetesAction):
         return [f"DCGM in Prometheus for {', '.join(args.nodes)}{which} (all at once): every GPU "
                 "of each (nvidia.com/gpu.count) reports, no GPU alert fires, and for "
                 f"{format_duration(self.settle_for(args.settle))} no XID or ECC counter "
-                "rises; a node that fails stays cordoned, marked as a failed check"]
+                "rises; a node that fails " + ("is cordoned" if args.cordon else
+                                                "stays cordoned")
+                + ", marked as a failed check" + (", and the step fails naming it"
+                                                  if args.fail_on_kept else "")]
 
     def run(self, args: GpuGateNodesArguments, ctx: ActionContext) -> ActionResult:
         prometheus = gate_for(self.prometheus, ", ".join(args.nodes), 0,
@@ -123,18 +130,24 @@ class GpuGateNodesAction(GpuGated, KubernetesAction):
         failed = gate_nodes(prometheus, expect, self.settle_for(args.settle), ctx,
                             self._sleep)
         kept = {name: failed[dcgm[name]] for name in found if dcgm[name] in failed}
-        notes = [self._keep_out(found[name], verdict, ctx) for name, verdict in kept.items()]
+        notes = [self._keep_out(found[name], verdict, ctx, args.cordon)
+                 for name, verdict in kept.items()]
         if not kept:
             return ActionResult(f"the GPUs of {', '.join(found)} passed",
                                 {"kept_out": {}}, changed=False)
-        return ActionResult("KEPT OUT: " + "; ".join(
-            f"{name} ({verdict}{note})" for (name, verdict), note in zip(kept.items(), notes,
-                                                                          strict=True)),
-            {"kept_out": kept}, changed=True)
+        text = "KEPT OUT: " + "; ".join(f"{name} ({verdict}{note})" for (name, verdict), note
+                                        in zip(kept.items(), notes, strict=True))
+        if args.fail_on_kept:
+            raise ActionError(text)
+        return ActionResult(text, {"kept_out": kept}, changed=True)
 
-    def _keep_out(self, node: Node, verdict: str, ctx: ActionContext) -> str:
-        if not node.unschedulable:
+    def _keep_out(self, node: Node, verdict: str, ctx: ActionContext, cordon: bool) -> str:
+        if not node.unschedulable and not cordon:
             return f"; not cordoned: cordon it (kubectl cordon {node.name})"
-        self.backend.patch_node(node.name, cordons.failed_check_patch(
-            ctx.execution_id, f"GPU telemetry: {verdict}"), strategic=True)
+        patch = cordons.failed_check_patch(ctx.execution_id, f"GPU telemetry: {verdict}")
+        if not node.unschedulable:  # in service again: out, as this execution's cordon
+            cordon_now = cordons.cordon_patch(ctx.execution_id)
+            patch = {"spec": cordon_now["spec"], "metadata": {"annotations": {
+                **cordon_now["metadata"]["annotations"], **patch["metadata"]["annotations"]}}}
+        self.backend.patch_node(node.name, patch, strategic=True)
         return ""

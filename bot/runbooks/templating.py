@@ -46,13 +46,14 @@ def in_pool(nodes: str, pool: Collection[str], names: Mapping[str, str]) -> str:
 _env.filters["in_pool"] = in_pool
 
 
-def name_map(nodes: str, pool: Collection[str], names: Mapping[str, str],
+def name_map(nodes: str | Collection[str], pool: Collection[str], names: Mapping[str, str],
              values: Mapping[str, str], without: str = "") -> dict[str, str]:
     """``{{ nodes | name_map(kubernetes, kubernetes_name, dcgm_name) }}``: for the nodes of a
-    hostlist in ``pool`` (and not in the hostlist ``without``), their name there -> another
-    of their names (a set's DCGM names)."""
+    hostlist (or a set: ``kubernetes``) in ``pool`` and not in the hostlist ``without``,
+    their name there -> another of their names (a set's DCGM names)."""
     left_out = set(hostlist.expand(str(without))) if without else set()
-    return {names[node]: values.get(node, "") for node in hostlist.expand(str(nodes))
+    given = hostlist.expand(nodes) if isinstance(nodes, str) else sorted(nodes)
+    return {names[node]: values.get(node, "") for node in given
             if node in pool and node not in left_out}
 
 

@@ -7,6 +7,7 @@ against the real Prometheus and the DCGM simulator (tests/runbooks/test_gpu_gate
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -17,8 +18,14 @@ from adapters.kubernetes import cordons
 from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.cordons import CORDONED_BY, FAILED_CHECK
 from adapters.kubernetes.fake import FakeKubernetes
-from adapters.kubernetes.gpu_gate import GPU_COUNT_LABEL, GpuGateAction, GpuGateArguments
+from adapters.kubernetes.gpu_gate import (
+    GPU_COUNT_LABEL,
+    GpuGateAction,
+    GpuGateArguments,
+    GpuGateNodesAction,
+)
 from adapters.prometheus.backend import PrometheusError, Sample, Series
+from adapters.prometheus.fake import FakePrometheus
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fake import FakeSlurm
 from adapters.slurm.health import HealthCheckAction
@@ -181,3 +188,28 @@ def test_the_kubernetes_gate_counts_what_gfd_says_and_needs_prometheus() -> None
     without, _ = kube_gate(None)
     with pytest.raises(ActionError, match="no Prometheus is configured"):
         without.plan(GpuGateArguments(node="gpu06"))
+
+
+def test_a_set_gate_after_a_rollout_cordons_the_failing_node_and_fails() -> None:
+    """k8s.gpu_gate_nodes with cordon and fail_on_kept (rollback-driver's Kubernetes side):
+    the operator returned the nodes; the one DCGM sees short of a GPU is cordoned, as this
+    execution's cordon marked as a failed check, the other is left in service."""
+    kube = FakeKubernetes(["gpu05", "gpu06"])
+    for name in kube.nodes:
+        kube.nodes[name] = replace(kube.nodes[name], labels={GPU_COUNT_LABEL: "8"})
+    prom = FakePrometheus([], gpus=8)
+    prom.gpus_of["gpu06"] = 7
+    action = GpuGateNodesAction(kube, KubernetesConfig(), lambda s: None, prometheus=prom,
+                                gpu_settle=0.0)
+    args = action.Arguments.model_validate({"nodes": {"gpu05": "", "gpu06": ""},
+                                            "cordon": True, "fail_on_kept": True})
+    assert "is cordoned, marked as a failed check, and the step fails" in action.plan(args)[0]
+    with pytest.raises(ActionError, match=r"KEPT OUT: gpu06 \(DCGM reports 7 of 8 GPUs"):
+        action.run(args, ctx())
+    assert not kube.nodes["gpu05"].unschedulable
+    gone = kube.nodes["gpu06"]
+    assert gone.unschedulable and gone.annotations[CORDONED_BY] == "execution-7"
+    assert gone.annotations[FAILED_CHECK].startswith("GPU telemetry: DCGM reports 7 of 8")
+    quiet = action.Arguments.model_validate({"nodes": {"gpu05": ""}, "cordon": True,
+                                             "fail_on_kept": True})
+    assert "passed" in action.run(quiet, ctx()).summary
