@@ -129,10 +129,10 @@ class ReservationDeleteArguments(StrictArguments):
 
 # The reservations the bot makes: a maintenance window's, and a run's around a node.
 BOT_RESERVATION = re.compile(r"^(?:window-(?P<window>\d+)|(?P<runbook>swap|reset|resume|mig|"
-                             r"driver|handoff)-(?P<node>.+))$")
+                             r"driver|handoff|nccl)-(?P<node>.+))$")
 _OWNERS = {"swap": "swap-gpu", "reset": "reset-gpu", "resume": "resume-node",
            "mig": "mig-reconfigure", "driver": "rollback-driver or upgrade-driver",
-           "handoff": "handoff-node"}
+           "handoff": "handoff-node", "nccl": "nccl-test"}
 
 
 def reservation_owner(name: str) -> str | None:

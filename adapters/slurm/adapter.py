@@ -15,6 +15,7 @@ from adapters.slurm.fleet import FLEET_ACTIONS, DrainBatchesAction, ResumeBatche
 from adapters.slurm.gpureset import GpuResetAction
 from adapters.slurm.health import HealthCheckAction
 from adapters.slurm.mig import MIG_ACTIONS, CheckGresAction, MigApplyAction
+from adapters.slurm.nccltest import NcclTestAction
 from adapters.slurm.pools import POOL_ACTIONS
 from adapters.slurm.release import ReservationReleaseAction
 from adapters.slurm.rolling import DriverRolloutAction
@@ -41,12 +42,13 @@ def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
                                                       gpu_settle=settle),
                              DrainBatchesAction(backend, config),
                              ResumeBatchesAction(backend, config, prometheus=prometheus,
-                                                 gpu_settle=settle)]
+                                                 gpu_settle=settle),
+                             NcclTestAction(backend, config)]  # the bot hands it its baselines
     return Built(actions, backend)
 
 
 ADAPTER = Adapter("slurm", "slurm", SlurmConfig,
                   (*ACTION_CLASSES, HealthCheckAction, DriverRolloutAction, GpuResetAction,
-                   ReservationReleaseAction,
+                   ReservationReleaseAction, NcclTestAction,
                    *POOL_ACTIONS, *MIG_ACTIONS, *UPGRADE_ACTIONS, *FLEET_ACTIONS),
                   _build, uses=("prometheus",))

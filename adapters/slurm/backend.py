@@ -144,7 +144,7 @@ class SlurmctldUnreachable(SlurmError):
 # The Protocol's operations, by method name (what ``unsupported`` is asked about).
 OPERATIONS = ("nodes", "update_nodes", "update_features", "jobs", "requeue", "reservations",
               "create_reservation", "delete_reservation", "reboot", "run_on_node",
-              "accounting", "accounts", "dbd_queue")
+              "run_on_nodes", "accounting", "accounts", "dbd_queue")
 
 
 def unsupported(backend: object, operation: str) -> str | None:
@@ -211,6 +211,16 @@ class SlurmBackend(Protocol):
                       env_names: Iterable[str] = ()) -> str:
         """How ``run_on_node`` runs ``argv``, as a plan shows it (the srun line, or the
         batch job slurmrestd runs), so what is approved is what this backend does."""
+        ...
+
+    def run_on_nodes(
+        self, nodes: list[str], reservation: str | None, argv: list[str], timeout: float,
+        env: Mapping[str, str] | None = None, tasks_per_node: int = 1,
+    ) -> tuple[int, str, str]:
+        """Run ``argv`` as one job step across ``nodes`` (``tasks_per_node`` tasks on each,
+        an MPI program such as nccl-tests' all_reduce_perf) through srun, no shell, with the
+        same environment as ``run_on_node``; (exit code, stdout, stderr) of the whole step.
+        The line it runs is ``commands.srun_nodes``'s, which the plan shows."""
         ...
 
     def accounting(self, start: datetime, end: datetime) -> list[AccountUsage]:

@@ -269,6 +269,17 @@ class CliBackend:
             raise unreachable(line, done.stderr)
         return done.returncode, done.stdout, done.stderr
 
+    def run_on_nodes(
+        self, nodes: list[str], reservation: str | None, argv: list[str], timeout: float,
+        env: Mapping[str, str] | None = None, tasks_per_node: int = 1,
+    ) -> tuple[int, str, str]:
+        line = commands.srun_nodes(nodes, reservation, argv, env or {}, tasks_per_node,
+                                   self.config.nccl.mpi)
+        done = self.run(line, timeout=timeout, check=False, env=env)
+        if done.returncode != 0 and UNREACHABLE in done.stderr:
+            raise unreachable(line, done.stderr)
+        return done.returncode, done.stdout, done.stderr
+
     def accounts(self) -> list[str]:
         if self.json_clients():
             return restparse.parse_accounts(self._json(["sacctmgr", "show", "account",

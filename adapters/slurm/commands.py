@@ -104,3 +104,19 @@ def srun(node: str, reservation: str | None, argv: list[str],
     if reservation:
         line.append(f"--reservation={reservation}")
     return [*line, "--", *argv]
+
+
+def srun_nodes(nodes: list[str], reservation: str | None, argv: list[str],
+               env_names: Iterable[str] = (), tasks_per_node: int = 1,
+               mpi: str | None = None) -> list[str]:
+    """srun of one job step across ``nodes``: ``tasks_per_node`` tasks on each (an MPI
+    program's ranks, started through srun's ``--mpi`` plugin when set); ``--export=`` as
+    ``srun``'s."""
+    line = ["srun", "-w", compress(nodes), f"-N{len(nodes)}",
+            f"--ntasks-per-node={tasks_per_node}"]
+    if mpi:
+        line.append(f"--mpi={mpi}")
+    line.append(f"--export={node_export(env_names)}")
+    if reservation:
+        line.append(f"--reservation={reservation}")
+    return [*line, "--", *argv]

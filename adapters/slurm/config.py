@@ -25,6 +25,18 @@ class UpgradeConfig(BaseModel):
     max_releases_apart: int | None = Field(default=None, ge=1, le=3)
 
 
+class NcclConfig(BaseModel):
+    """``slurm.nccl``: how ``slurm.nccl_test`` starts its node command (``nccl-test``,
+    nccl-tests' all_reduce_perf) across nodes: srun's MPI plugin (``--mpi=pmix``; unset:
+    slurm.conf's MpiDefault) and the tasks per node, which go with the command's ``-g``
+    (1 task driving ``-g 8`` GPUs, or 8 tasks of ``-g 1``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mpi: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]{0,31}$")
+    tasks_per_node: int = Field(default=1, ge=1, le=64)
+
+
 class RestConfig(BaseModel):
     """``slurm.rest``: slurmrestd's URL, the Slurm user the bot acts as, and one source of
     its JWT: ``token_file`` (re-read before the token expires), ``token_env`` (a variable
@@ -67,6 +79,7 @@ class SlurmConfig(BaseModel):
     timeout: float = Field(default=30.0, gt=0)  # seconds per CLI call or HTTP request
     upgrade: UpgradeConfig = Field(default_factory=UpgradeConfig)  # upgrade-slurm
     rest: RestConfig = Field(default_factory=RestConfig)  # backend: rest (slurmrestd)
+    nccl: NcclConfig = Field(default_factory=NcclConfig)  # nccl-test across nodes
 
     @model_validator(mode="after")
     def _rest_is_complete(self) -> SlurmConfig:

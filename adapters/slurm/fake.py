@@ -24,6 +24,7 @@ class FakeSlurm:
 
     ``run_on_node`` succeeds ("Pass") unless its argv holds the word ``fail``: then it exits
     1 the way a failing check does, with the check's line on stdout and srun's on stderr.
+    ``run_on_nodes`` prints ``step_output`` (a test's nccl-tests output) and exits with its code.
     A reboot is recorded, never carried out: the node keeps its boot time.
     """
 
@@ -35,6 +36,8 @@ class FakeSlurm:
         self.dbd_records = 0  # records slurmctld holds for slurmdbd
         self.calls: list[tuple[Any, ...]] = []
         self.envs: list[dict[str, str]] = []  # the env given to each run_on_node
+        # what run_on_nodes prints (stdout, exit code); tests set an nccl-tests output
+        self.step_output: tuple[str, int] = ("", 0)
 
     def nodes(self, names: list[str] | None = None, *,
               with_jobs: bool = True) -> list[NodeInfo]:
@@ -94,6 +97,14 @@ class FakeSlurm:
         self.envs.append(dict(env or {}))
         return (1, "Row remap | Fail\n", "srun: error: task 0: exit 1\n") if "fail" in argv \
             else (0, "Pass\n", "")
+
+    def run_on_nodes(self, nodes: list[str], reservation: str | None, argv: list[str],
+                     timeout: float, env: Mapping[str, str] | None = None,
+                     tasks_per_node: int = 1) -> tuple[int, str, str]:
+        self.calls.append(("srun", list(nodes), reservation, argv, tasks_per_node))
+        self.envs.append(dict(env or {}))
+        out, code = self.step_output
+        return code, out, "" if code == 0 else f"srun: error: task 0: exit {code}\n"
 
     def accounting(self, start: datetime, end: datetime) -> list[AccountUsage]:
         return []  # no job ever finished here

@@ -42,6 +42,9 @@ UNSUPPORTED = {
               "set slurm.backend: cli, which runs scontrol reboot",
     "run_on_node": "a job step needs srun's launch protocol, which neither pyslurm nor "
                    "libslurm's API offers: set slurm.backend: cli, which runs srun",
+    "run_on_nodes": "a test across several nodes (nccl-test) is one srun job step over all "
+                    "of them, and neither pyslurm nor libslurm's API launches job steps: set "
+                    "slurm.backend: cli, which runs srun",
 }
 
 
@@ -287,6 +290,11 @@ class PyslurmBackend:
                     timeout: float, env: Mapping[str, str] | None = None
                     ) -> tuple[int, str, str]:
         raise self._refuse("run_on_node")
+
+    def run_on_nodes(self, nodes: list[str], reservation: str | None, argv: list[str],
+                     timeout: float, env: Mapping[str, str] | None = None,
+                     tasks_per_node: int = 1) -> tuple[int, str, str]:
+        raise self._refuse("run_on_nodes")
 
 
 def make_backend(config: SlurmConfig) -> SlurmBackend:

@@ -50,6 +50,12 @@ NEEDS = {
 }
 
 
+# A job step across nodes needs srun (its MPI launch); slurmrestd runs batch jobs only.
+RUN_ON_NODES = ("a test across several nodes (nccl-test) is one srun job step over all of "
+                "them, started through srun's MPI plugin; slurmrestd submits batch jobs only, "
+                "so the rest backend cannot run it: use slurm.backend: cli")
+
+
 # The listing cannot tell these: v0.0.38 has /job/submit, but not the job.argv and
 # environment list the batch job needs (v0.0.40 on)
 BY_VERSION = frozenset({"run_on_node"})
@@ -84,6 +90,8 @@ class RestBackend:
 
     def unsupported(self, operation: str) -> str | None:
         """Why this server cannot do ``operation`` (a Protocol method name); None if it can."""
+        if operation == "run_on_nodes":
+            return RUN_ON_NODES
         need = NEEDS.get(operation)
         if need is None:
             return None
@@ -189,6 +197,11 @@ class RestBackend:
     def node_run_line(self, node: str, reservation: str | None, argv: list[str],
                       env_names: Iterable[str] = ()) -> str:
         return commands.batch_job_line(node, reservation, argv)
+
+    def run_on_nodes(self, nodes: list[str], reservation: str | None, argv: list[str],
+                     timeout: float, env: Mapping[str, str] | None = None,
+                     tasks_per_node: int = 1) -> tuple[int, str, str]:
+        raise SlurmError(RUN_ON_NODES)
 
     def run_on_node(self, node: str, reservation: str | None, argv: list[str],
                     timeout: float, env: Mapping[str, str] | None = None

@@ -15,12 +15,13 @@ from sqlalchemy import Engine
 from adapters.actions import Action
 from adapters.registry import registered
 from bot.config import Config
+from bot.execution.baselines import DatabaseBaselines
 from bot.execution.checks.capacity import CapacityEvaluator
 from bot.execution.checks.core import Checks, CommandEvaluator, Evaluator, FileEvaluator
 from bot.execution.checks.monitoring import AlertsEvaluator, PromqlEvaluator
 from bot.execution.checks.slurm import SlurmEvaluator
 from bot.execution.confirming import DatabaseConfirmations
-from bot.runbooks.catalogue import KNOWN, Catalogue, standard_actions
+from bot.runbooks.catalogue import KNOWN, Catalogue, hand_stores, standard_actions
 from bot.runbooks.inventory import LiveInventory, discovery_sources
 from bot.runbooks.params import Inventory
 
@@ -67,6 +68,7 @@ def assemble(config: Config, db: Engine) -> Assembly:
         actions.extend(built.actions)
         if built.backend is not None:
             backends[adapter.name] = built.backend
+    hand_stores(actions, DatabaseBaselines(db))
     sources = discovery_sources(config, backends)
     live = LiveInventory(config.inventory, sources, config.pools, config.mig.layouts,
                          config.inventory.refresh_seconds,

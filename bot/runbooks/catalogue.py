@@ -12,6 +12,7 @@ from adapters.actions import Action, StrictArguments, takes_out
 from adapters.host import HostRunAction
 from adapters.notify import ConfirmAction, Confirmations, NotifyAction
 from adapters.registry import registered
+from adapters.slurm.nccltest import NcclBaselines
 from bot.config import Config
 
 # The bot's own actions, there whatever adapters are configured.
@@ -80,3 +81,13 @@ class Catalogue:
 def standard_actions(config: Config, confirmations: Confirmations) -> list[Action]:
     """The actions every installation has, whatever adapters it configures."""
     return [NotifyAction(), ConfirmAction(confirmations), HostRunAction(config.host_commands)]
+
+
+def hand_stores(actions: Iterable[Action], baselines: NcclBaselines) -> None:
+    """Give the actions that keep figures in the bot's database their store, as
+    ``standard_actions`` gives chat.confirm its confirmations: slurm.nccl_test its baselines
+    (``use_baselines``). An adapter never imports the bot; this is where the two meet."""
+    for action in actions:
+        use = getattr(action, "use_baselines", None)
+        if callable(use):
+            use(baselines)

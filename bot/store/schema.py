@@ -201,6 +201,20 @@ confirmations = Table(
     Column("note", Text, nullable=True),
 )
 
+# The bus bandwidth each shape of node set reached in its first nccl-test run (or the run a
+# person made it with rebaseline=true): slurm.nccl_test fails a later run below a share of it
+# (revision 0011). Keyed by the shape, not the nodes: see adapters.slurm.nccltest.
+nccl_baselines = Table(
+    "nccl_baselines",
+    metadata,
+    Column("key", String(255), primary_key=True),  # all_reduce_perf 2x8 MODEL up to N B
+    Column("busbw", Float, nullable=False),  # GB/s at the largest size
+    Column("avg_busbw", Float, nullable=False),  # nccl-tests' "Avg bus bandwidth"
+    Column("nodes", Text, nullable=False),  # hostlist of the run that measured it
+    Column("execution_id", Integer, nullable=False),
+    Column("recorded_at", String(32), nullable=False),
+)
+
 proposals = Table(
     "proposals",
     metadata,

@@ -80,6 +80,8 @@ class Kind(enum.StrEnum):
     CONFIRMATION_REQUESTED = "confirmation_requested"
     CONFIRMED = "confirmed"
     CONFIRMATION_DECLINED = "confirmation_declined"
+    # the bus bandwidth a shape of node set is judged against (bot.execution.baselines)
+    NCCL_BASELINE_RECORDED = "nccl_baseline_recorded"
     # runbook versions (bot.runbooks.versions)
     RUNBOOK_VERSION_RECORDED = "runbook_version_recorded"
     # alert proposals (bot.alerts.proposing)

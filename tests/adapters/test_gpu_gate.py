@@ -23,6 +23,7 @@ from adapters.kubernetes.gpu_gate import (
     GpuGateAction,
     GpuGateArguments,
     GpuGateNodesAction,
+    GpuGateNodesArguments,
 )
 from adapters.prometheus.backend import PrometheusError, Sample, Series
 from adapters.prometheus.fake import FakePrometheus
@@ -201,7 +202,7 @@ def test_a_set_gate_after_a_rollout_cordons_the_failing_node_and_fails() -> None
     prom.gpus_of["gpu06"] = 7
     action = GpuGateNodesAction(kube, KubernetesConfig(), lambda s: None, prometheus=prom,
                                 gpu_settle=0.0)
-    args = action.Arguments.model_validate({"nodes": {"gpu05": "", "gpu06": ""},
+    args = GpuGateNodesArguments.model_validate({"nodes": {"gpu05": "", "gpu06": ""},
                                             "cordon": True, "fail_on_kept": True})
     assert "is cordoned, marked as a failed check, and the step fails" in action.plan(args)[0]
     with pytest.raises(ActionError, match=r"KEPT OUT: gpu06 \(DCGM reports 7 of 8 GPUs"):
@@ -210,6 +211,6 @@ def test_a_set_gate_after_a_rollout_cordons_the_failing_node_and_fails() -> None
     gone = kube.nodes["gpu06"]
     assert gone.unschedulable and gone.annotations[CORDONED_BY] == "execution-7"
     assert gone.annotations[FAILED_CHECK].startswith("GPU telemetry: DCGM reports 7 of 8")
-    quiet = action.Arguments.model_validate({"nodes": {"gpu05": ""}, "cordon": True,
+    quiet = GpuGateNodesArguments.model_validate({"nodes": {"gpu05": ""}, "cordon": True,
                                              "fail_on_kept": True})
     assert "passed" in action.run(quiet, ctx()).summary

@@ -258,7 +258,7 @@ def test_slurmdbd_down_is_said_plainly(backend: PyslurmBackend, cluster: FakeClu
 # -- what pyslurm cannot do -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("operation", ["reboot", "run_on_node"])
+@pytest.mark.parametrize("operation", ["reboot", "run_on_node", "run_on_nodes"])
 def test_operations_without_a_pyslurm_call_are_refused_by_name(
         backend: PyslurmBackend, cluster: FakeCluster, operation: str) -> None:
     reason = unsupported(backend, operation)
@@ -267,8 +267,10 @@ def test_operations_without_a_pyslurm_call_are_refused_by_name(
     with pytest.raises(SlurmError, match=f"{operation} is not supported by the pyslurm backend"):
         if operation == "reboot":
             backend.reboot(["gpu01"], "RESUME", "new driver")
-        else:
+        elif operation == "run_on_node":
             backend.run_on_node("gpu01", None, ["nvidia-smi"], 10)
+        else:
+            backend.run_on_nodes(["gpu01", "gpu02"], None, ["all_reduce_perf"], 10)
     assert len(cluster.calls) == calls
 
 
@@ -276,7 +278,7 @@ def test_every_other_operation_is_supported(backend: PyslurmBackend) -> None:
     from adapters.slurm.backend import OPERATIONS
 
     refused = [op for op in OPERATIONS if unsupported(backend, op) is not None]
-    assert refused == ["reboot", "run_on_node"]
+    assert refused == ["reboot", "run_on_node", "run_on_nodes"]
 
 
 # -- errors ---------------------------------------------------------------------------------

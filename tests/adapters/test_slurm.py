@@ -171,6 +171,7 @@ REFUSAL_CALLS: dict[str, Callable[[SlurmBackend], object]] = {
     "delete_reservation": lambda b: b.delete_reservation(f"{PREFIX}-refused"),
     "reboot": lambda b: b.reboot(["gpu01"], "RESUME", "refusal check"),
     "run_on_node": lambda b: b.run_on_node("gpu01", None, ["true"], 10),
+    "run_on_nodes": lambda b: b.run_on_nodes(["gpu01", "gpu02"], None, ["true"], 10),
     "accounting": lambda b: b.accounting(datetime.now() - timedelta(hours=1), datetime.now()),
     "accounts": lambda b: b.accounts(),
     "dbd_queue": lambda b: b.dbd_queue(),
@@ -334,6 +335,17 @@ def test_run_on_node_passes_and_fails_with_the_health_fault(slurm: Slurm) -> Non
     again = slurm.run("slurm.run_on_node", node="gpu02", reservation=name,
                       command="health-check")
     assert again.details["exit_code"] == 0
+
+
+@needs("create_reservation", "reservations", "run_on_nodes")
+def test_run_on_nodes_is_one_job_step_across_them(slurm: Slurm) -> None:
+    name = f"{PREFIX}-nccl"
+    slurm.run("slurm.reservation_create", name=name, nodes="gpu[02-03]", duration=600)
+    code, out, err = slurm.backend.run_on_nodes(["gpu02", "gpu03"], name,
+                                                ["printenv", "SLURMD_NODENAME", "NCCL_DEBUG"],
+                                                60, {"NCCL_DEBUG": "INFO"})
+    assert code == 0, err
+    assert sorted(out.split()) == ["INFO", "INFO", "gpu02", "gpu03"]  # one task on each
 
 
 @needs("update_nodes", "nodes", "run_on_node")

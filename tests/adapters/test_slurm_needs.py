@@ -27,7 +27,7 @@ from adapters.slurm.backend import NeedsOperations
 
 # The operations that change the cluster, and those a backend may refuse.
 WRITES = {"update_nodes", "update_features", "requeue", "create_reservation",
-          "delete_reservation", "reboot", "run_on_node"}
+          "delete_reservation", "reboot", "run_on_node", "run_on_nodes"}
 
 
 ActionClass = type[ActionBase[Any, Any]]

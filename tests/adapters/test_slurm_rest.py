@@ -281,6 +281,7 @@ def test_v38_refuses_every_write_naming_the_version_and_what_would_do_it(
         "delete_reservation": lambda: rest.delete_reservation("r"),
         "reboot": lambda: rest.reboot(["gpu01"], "RESUME", "x"),
         "run_on_node": lambda: rest.run_on_node("gpu01", None, ["true"], 10),
+        "run_on_nodes": lambda: rest.run_on_nodes(["gpu01", "gpu02"], None, ["true"], 10),
     }
     for operation, call in calls.items():
         reason = rest.unsupported(operation)

@@ -33,6 +33,7 @@ REQUESTS: dict[str, dict[str, str]] = {
     "drift-report": {}, "fairshare-review": {}, "gpu-usage-report": {},
     "handoff-node": {"node": "gpu04", "to": "kubernetes"},
     "mig-reconfigure": {"node": "gpu05", "layout": "all-3g.40gb"},
+    "nccl-test": {"nodes": "gpu[03-04]"},
     "open-maintenance": {"name": "maint-gpu03", "nodes": "gpu03"},
     "quarantine-node": {"node": "gpu05", "reason": "GpuXid XID 79 on GPU 3"},
     "reset-gpu": {"node": "gpu05", "gpu": "3", "reason": "XID 48"},

@@ -17,7 +17,7 @@ JUDGING = {"slurm.health_check", "slurm.resume_batches", "slurm.gpu_reset", "slu
            "slurm.driver_rollout", "slurm.driver_upgrade", "slurm.reservation_release",
            "k8s.gpu_gate", "k8s.gpu_gate_nodes", "k8s.gpu_diag", "prom.gpu_identity",
            "prom.gpu_errors_hold", "gpu_operator.wait_validator", "gpu_operator.driver_versions",
-           "etcd.health", "etcd.keys_present"}
+           "etcd.health", "etcd.keys_present", "slurm.nccl_test"}
 
 
 def rows() -> dict[str, list[str]]:

@@ -1,6 +1,6 @@
 """kill -9 the engine at the stage boundaries of the Slurm runbooks, then let another engine
-finish: drain-node, drain-nodes, resume-node, swap-gpu and rollback-driver against the lab's
-real Slurm.
+finish: drain-node, drain-nodes, resume-node, swap-gpu, rollback-driver, quarantine-node and
+nccl-test against the lab's real Slurm.
 
 The first engine is a real `runbook run ... --wait` process, as an on-call engineer starts
 it; the approvals come from another terminal. With a lab configuration,
@@ -16,9 +16,9 @@ decide, the test stops it, runs `runbook resume` or `runbook cancel`, then `runb
 --once` finishes the execution. Each case then checks what a person relies on:
 
 - the cluster ends as the runbook promises (scontrol: drained after drain-node and
-  drain-nodes, whose reason names its execution; in service after resume-node, swap-gpu and
-  rollback-driver and after the undo of either drain, which resumes only what it drained; drained
-  after a failed health check; no reservation left behind);
+  drain-nodes, whose reason names its execution; in service after resume-node, swap-gpu,
+  rollback-driver and nccl-test and after the undo of either drain, which resumes only what it
+  drained; drained after a failed health check; no reservation left behind);
 - no step ran twice, except the idempotent step the engine died in (attempt 2, started only
   after the dead engine's lease plus engine.clock_skew_seconds); swap-gpu (resume: manual,
   and its chat.confirm is not idempotent) goes on only once a person said so;
@@ -90,6 +90,7 @@ class Runbook:
     approvers: tuple[str, ...] = ("carol",)
     manual: bool = False  # resume: manual
     reservation: str = ""  # the reservation it makes
+    waits: str = "wait-idle"  # the step a cancel comes in (trigger "cancel")
 
 
 DRAIN = Runbook("drain-node", (f"node={NODE}", "reason=sigkill matrix"))
@@ -102,6 +103,9 @@ QUARANTINE = Runbook("quarantine-node", (f"node={NODE}", "reason=sigkill matrix"
                      approvers=())  # risk low: what alerts run without a person
 ROLLBACK = Runbook("rollback-driver", (f"nodes={NODE}", f"version={DRIVER}"),
                    approvers=("carol", "dave"), reservation=f"driver-{NODE}")
+NCCL = Runbook("nccl-test", (f"nodes={NODE}",), approvers=(),  # risk low, like quarantine
+               reservation=f"nccl-{NODE}", waits="nccl")
+NCCL_SECONDS = "8"  # the lab's all_reduce_perf runs this long in the cancel case
 POST_CHECKS = ("the node is drained in Slurm and runs no job",
                "the nodes are drained in Slurm and run no job",
                "the node is in service in Slurm and not drained",
@@ -174,6 +178,11 @@ CASES = [
     # quarantine-node (risk low, no approval): killed once its drain started; the second
     # engine drains again (idempotent) and the node stays out, marked with the execution.
     Case(QUARANTINE, "step_started:slurm-drain", "succeeded", "drained"),
+    # nccl-test (risk low): killed as the test starts, the second engine runs it again (it
+    # records the baseline) and deletes the reservation; cancelled while the test runs
+    # through srun, killed as the undo starts: the second engine deletes the reservation.
+    Case(NCCL, "step_started:nccl", "succeeded", "in_service"),
+    Case(NCCL, "undo_started:reserve", "cancelled", "in_service", trigger="cancel"),
 ]
 EXTRA_CASES = [
     Case(DRAIN, "step_finished:slurm-drain", "succeeded", "drained"),
@@ -358,7 +367,7 @@ class Run:
             self.lab.run("scontrol", "delete", f"ReservationName={reservation}")
         if self.case.runbook is ROLLBACK:
             self.lab.lab("fault", NODE, f"driver={self.lab['default_driver_version']}")
-        if self.case.runbook is ROLLBACK or self.case.trigger == "fail":
+        if self.case.runbook in (ROLLBACK, NCCL) or self.case.trigger == "fail":
             self.lab.lab("fault", NODE, "clear")
         if "DRAIN" in self.node()["state"] or "DOWN" in self.node()["state"]:
             self.lab.run("scontrol", "update", f"NodeName={NODE}", "State=RESUME")
@@ -398,6 +407,8 @@ def prepare(run: Run) -> None:
         assert run.lab.lab("fault", NODE, "health=fail").returncode == 0
     if case.runbook in DRAINS and (case.trigger or case.inside):
         run.hold_node()  # wait-idle waits (fail: beyond its 10 s; cancel: until cancelled)
+    if case.runbook is NCCL and case.trigger == "cancel":  # time for the cancel to come in
+        assert run.lab.lab("fault", NODE, f"nccl_seconds={NCCL_SECONDS}").returncode == 0
 
 
 def first_engine(run: Run) -> tuple[str, float]:
@@ -409,7 +420,11 @@ def first_engine(run: Run) -> tuple[str, float]:
                         "--as", "alice", crash=None if case.inside else case.crash)
     # Started now, both start up at once. It cannot take the execution while the first
     # engine holds it, and the execution is approved only once the first engine holds it.
-    run.standby = run.spawn("engine")
+    # A risk-low runbook (no approvers) is approved as it is requested: the second engine
+    # could claim it before the first, so it starts once the first one holds it.
+    early = bool(case.runbook.approvers)
+    if early:
+        run.standby = run.spawn("engine")
     mine = f":{process.pid}:"
     seen: list[tuple[str, float]] = []
 
@@ -425,18 +440,20 @@ def first_engine(run: Run) -> tuple[str, float]:
         return bool(seen)
 
     assert run.wait(process, held_by_first, 60), run.output()
+    if not early:
+        run.standby = run.spawn("engine")
     for approver in case.runbook.approvers:
         run.bot.approve(run.execution_id, approver)
     run.confirm = case.inside != "replaced"
     if case.trigger == "cancel" or case.inside:
-        step = case.inside or "wait-idle"
+        step = case.inside or case.runbook.waits
         if step == "wait-idle":  # its first squeue saw the job
             def waiting() -> bool:
                 return held_by_first() and "waiting for 1 job" in run.logs[0].read_text()
         elif step == "replaced":
             def waiting() -> bool:
                 return held_by_first() and run.has("confirmation_requested", step=step)
-        else:  # rollout: the node is reserved and being worked on (resume, install, reboot)
+        else:  # rollout, nccl: the node is reserved and being worked on (a reboot, srun)
             def waiting() -> bool:
                 return held_by_first() and run.has("step_started", step=step) and (
                     f"ReservationName={case.runbook.reservation} " in run.reservations())

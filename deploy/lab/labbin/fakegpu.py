@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fake GPU tools for the lab: dcgmi, nvidia-smi and lab-driver-install.
+"""Fake GPU tools for the lab: dcgmi, nvidia-smi, lab-driver-install and all_reduce_perf.
 
 Copied to $LAB/bin with one symlink per tool name; the name picks the tool.
 The node comes from SLURMD_NODENAME (srun sets it) and its behaviour from
@@ -11,7 +11,9 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -264,8 +266,236 @@ def mig_parted(args: list[str]) -> int:
     return 0
 
 
+# --- all_reduce_perf (nccl-tests), output as nccl-tests 2.13-2.19 print it -----------------
+
+NCCL_VERSION = "2.21.5+cuda12.4"
+# healthy bus bandwidth at large sizes (GB/s) and the latency of one operation (us), by path
+NCCL_PEAK = {"nvlink": 362.0, "ib": 189.0, "socket": 6.4}
+NCCL_LATENCY = {"nvlink": 9.5, "ib": 21.0, "socket": 58.0}
+NCCL_SLOW = 0.26  # `nccl=slow`: the share of the healthy bandwidth left (ports at 100 Gb/s)
+IB_SPEED, SLOW_IB_SPEED = 400000, 100000  # Mb/s, as NCCL prints an IB port's speed
+NCCL_CHANNELS = 4
+NCCL_SUBSYS = {"INIT", "BOOTSTRAP", "ENV"}  # NCCL's default NCCL_DEBUG_SUBSYS
+SIZE_UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3}
+
+
+def expand_nodes(expression: str) -> list[str]:
+    """A Slurm hostlist (gpu[01-02,04],gpu07) as srun sets SLURM_STEP_NODELIST."""
+    names: list[str] = []
+    for prefix, inner, plain in re.findall(r"([^,\[]*)\[([^\]]*)\]|([^,\[\]]+)", expression):
+        if plain:
+            names.append(plain)
+            continue
+        for part in inner.split(","):
+            low, _, high = part.partition("-")
+            names += [f"{prefix}{n:0{len(low)}d}" for n in range(int(low), int(high or low) + 1)]
+    return names
+
+
+def nccl_size(text: str) -> int:
+    unit = SIZE_UNITS.get(text[-1:].upper(), 1)
+    return int(text[:-1] if unit > 1 else text) * unit
+
+
+def nccl_options(args: list[str]) -> dict[str, int]:
+    """The options all_reduce_perf takes here: -b -e -f -i -g -t -n -w -c (others: usage)."""
+    opts = {"b": 32 * 1024**2, "e": 32 * 1024**2, "f": 1, "i": 1024**2, "g": 1, "t": 1,
+            "n": 20, "w": 5, "c": 1}
+    words = list(args)
+    while words:
+        flag = words.pop(0)
+        if not (len(flag) == 2 and flag[0] == "-" and flag[1] in opts and words):
+            raise ValueError(flag)
+        value = words.pop(0)
+        opts[flag[1]] = nccl_size(value) if flag[1] in "bei" else int(value)
+    return opts
+
+
+def nccl_pid(host: str) -> int:
+    return 1000 + int.from_bytes(digest("pid", host)[:4], "big") % 60000
+
+
+def nccl_job() -> tuple[list[str], int, dict[str, str]]:
+    """The job step's nodes (as srun sets them), this task's rank and each node's fault."""
+    me = node()
+    nodes = expand_nodes(os.environ.get("SLURM_STEP_NODELIST")
+                         or os.environ.get("SLURM_JOB_NODELIST") or me)
+    return nodes, int(os.environ.get("SLURM_PROCID", "0")), {
+        n: str(faults(n).get("nccl", "ok")) for n in nodes}
+
+
+def nccl_path(nodes: list[str], fault: dict[str, str]) -> tuple[str, float]:
+    """The slowest path of the ring and the share of its bandwidth the faults leave."""
+    path = "nvlink" if len(nodes) == 1 else (
+        "socket" if "socket" in fault.values() else "ib")
+    return path, NCCL_SLOW if "slow" in fault.values() else 1.0
+
+
+def nccl_info(host: str, dev: int, message: str, subsys: str = "INIT") -> None:
+    wanted = {s.strip().upper() for s in os.environ.get("NCCL_DEBUG_SUBSYS", "").split(",")
+              if s.strip()} or NCCL_SUBSYS
+    if os.environ.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE") and (
+            "ALL" in wanted or set(subsys.split("|")) & wanted):
+        pid = nccl_pid(host)
+        print(f"{host}:{pid}:{pid} [{dev}] NCCL INFO {message}")
+
+
+def nccl_network(host: str, index: int, fault: str) -> str:
+    """What NCCL says of its network on ``host``; the name of the one it uses."""
+    oob = f"eth0:10.0.0.{index + 1}<0>"
+    if fault == "socket":
+        nccl_info(host, 0, "NET/IB : No device found.", "INIT|NET")
+        nccl_info(host, 0, f"NET/Socket : Using [0]{oob}", "INIT|NET")
+        nccl_info(host, 0, "Using network Socket")
+        return "Socket"
+    speed = SLOW_IB_SPEED if fault == "slow" else IB_SPEED
+    for d in range(GPUS):
+        bus = PCI_BUSES[d].lower()
+        nccl_info(host, 0, f"NET/IB: [{d}] mlx5_{d}:uverbs{d}:1/IB provider=Mlx5 speed={speed} "
+                  f"context=0x55d{d}c8a0f0 pciPath=/sys/devices/pci0000:{bus}/0000:{bus}:01.0/"
+                  f"0000:{bus}:00.1 ar=1 oooRqSize=0", "NET")
+    ports = " ".join(f"[{d}]mlx5_{d}:1/IB" for d in range(GPUS))
+    nccl_info(host, 0, f"NET/IB : Using {ports} [RO]; OOB {oob}", "INIT|NET")
+    nccl_info(host, 0, "Using network IB")
+    return "IB"
+
+
+def nccl_channels(nodes: list[str], index: int, gpus: int, network: str) -> None:
+    """This host's ring channels: NVLink between its GPUs, the network to the next node."""
+    host, first = nodes[index], index * gpus
+    total = len(nodes) * gpus
+    for channel in range(NCCL_CHANNELS):
+        ring = f"Channel {channel:02d}/0 : "
+        for local in range(gpus - (1 if len(nodes) > 1 else 0)):
+            peer = (local + 1) % gpus
+            nccl_info(host, local, f"{ring}{first + local}[{local}] -> {first + peer}[{peer}] "
+                      "via P2P/CUMEM/read", "INIT|P2P")
+        if len(nodes) == 1:
+            continue
+        via = (f"NET/IB/{channel % GPUS}/GDRDMA" if network == "IB" else "NET/Socket/0")
+        last = first + gpus - 1
+        nccl_info(host, gpus - 1, f"{ring}{last}[{gpus - 1}] -> {(last + 1) % total}[0] "
+                  f"[send] via {via}", "INIT|NET")
+        nccl_info(host, 0, f"{ring}{(first - 1) % total}[{gpus - 1}] -> {first}[0] "
+                  f"[receive] via {via}", "INIT|NET")
+
+
+def nccl_init(nodes: list[str], rank: int, gpus: int, fault: dict[str, str]) -> None:
+    """The INFO lines NCCL prints on this task's node (NCCL_DEBUG=INFO)."""
+    host = nodes[rank]
+    if rank == 0:
+        nccl_info(host, 0, f"NCCL version {NCCL_VERSION}")
+    nccl_info(host, 0, f"Bootstrap : Using eth0:10.0.0.{rank + 1}<0>", "BOOTSTRAP")
+    nccl_info(host, 0, "cudaDriverVersion 12040")
+    network = nccl_network(host, rank, fault[host])
+    for local in range(gpus):
+        nccl_info(host, local, f"comm 0x7f{rank:02x}{local:02x}c0 rank {rank * gpus + local} "
+                  f"nRanks {len(nodes) * gpus} nNodes {len(nodes)} localRanks {gpus} "
+                  f"localRank {local} MNNVL 0")
+    nccl_channels(nodes, rank, gpus, network)
+    nccl_info(host, 0, "Connected all rings")
+    for local in range(gpus):
+        nccl_info(host, local, f"comm 0x7f{rank:02x}{local:02x}c0 rank {rank * gpus + local} "
+                  f"nranks {len(nodes) * gpus} cudaDev {local} nvmlDev {local} busId "
+                  f"{PCI_BUSES[local].lower()}000 commId 0x5e1f2c3d4b5a6978 - Init COMPLETE")
+
+
+def c(fmt: str, *values: object) -> str:
+    """C's printf: nccl-tests' own formats, kept as its source (src/common.cu) writes them."""
+    return fmt % values
+
+
+def nccl_header(opts: dict[str, int], nodes: list[str]) -> None:
+    print(f"# nThread {opts['t']} nGpus {opts['g']} minBytes {opts['b']} maxBytes {opts['e']} "
+          f"step: {opts['f'] if opts['f'] > 1 else opts['i']}"
+          f"({'factor' if opts['f'] > 1 else 'bytes'}) warmup iters: {opts['w']} iters: "
+          f"{opts['n']} agg iters: 1 validation: {opts['c']} graph: 0")
+    print("#\n# Using devices")
+    for index, host in enumerate(nodes):
+        for local in range(opts["g"]):
+            print(c("#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%s] %s",
+                    index * opts["g"] + local, 0, nccl_pid(host), host, local,
+                    PCI_BUSES[local].lower(), "NVIDIA H100 80GB HBM3"))
+
+
+def nccl_columns() -> None:
+    """The table's header, printed once NCCL is initialised (after its INFO lines)."""
+    print("#")
+    print(c("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
+            "          ", "", "", "", "", ""))
+    print(c("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s",
+            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+            "time", "algbw", "busbw", "#wrong"))
+    print(c("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s",
+            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+            "(GB/s)", ""))
+
+
+def nccl_sizes(opts: dict[str, int]) -> list[int]:
+    sizes, size = [], opts["b"]
+    while size <= opts["e"]:
+        sizes.append(size)
+        size = size * opts["f"] if opts["f"] > 1 else size + opts["i"]
+    return sizes
+
+
+def nccl_table(opts: dict[str, int], ranks: int, path: str, share: float) -> float:
+    """One row per size (time, algbw, busbw out-of-place then in-place) and the average;
+    the seconds the run would take. Deterministic: a small jitter from the size's digest."""
+    factor = 2 * (ranks - 1) / ranks if ranks > 1 else 1.0
+    peak, latency = NCCL_PEAK[path] * share, NCCL_LATENCY[path]
+    bus, seconds = [], 0.0
+    for size in nccl_sizes(opts):
+        print(c("%12li  %12li  %8s  %6s  %6s", size, size // 4, "float", "sum", c("%6i", -1)),
+              end="")
+        for place in (0, 1):
+            jitter = 1 + (digest("nccl", size, place)[0] - 128) / 128 * 0.008
+            usec = (latency + size * factor / (peak * 1e3)) * jitter
+            algbw = size / usec / 1e3
+            bus.append(algbw * factor)
+            seconds += usec * (opts["n"] + opts["w"]) / 1e6
+            shown = c("%7.0f" if usec >= 10000 else "%7.1f" if usec >= 100 else "%7.2f", usec)
+            print(c("  %7s  %6.2f  %6.2f  %5g", shown, algbw, algbw * factor, 0), end="")
+        print()
+    print(c("# Out of bounds values : %d %s", 0, "OK"))
+    print(c("# Avg bus bandwidth    : %g %s", sum(bus) / max(1, len(bus)), ""))
+    print("#\n")
+    return seconds
+
+
+def all_reduce_perf(args: list[str]) -> int:
+    """nccl-tests' all_reduce_perf as srun runs it, one task per node (-g GPUs each): task 0
+    prints the table, every task NCCL's INFO lines for its node. Faults of any node of the
+    job: `nccl=slow` (a quarter of the bandwidth; its IB ports at 100 Gb/s), `nccl=socket`
+    (that node finds no IB device and NCCL falls back to sockets); `nccl_seconds=N` makes
+    the run take N seconds (else the sizes' simulated time, at most 6 s)."""
+    try:
+        opts = nccl_options(args)
+    except (ValueError, IndexError) as exc:
+        print(f"invalid option {exc}\nUSAGE: all_reduce_perf -b MIN -e MAX -f FACTOR -g GPUS",
+              file=sys.stderr)
+        return 1
+    nodes, rank, fault = nccl_job()
+    path, share = nccl_path(nodes, fault)
+    started = time.monotonic()
+    if rank == 0:
+        nccl_header(opts, nodes)
+    sys.stdout.flush()
+    nccl_init(nodes, rank, opts["g"], fault)
+    sys.stdout.flush()
+    seconds = 0.0
+    if rank == 0:
+        nccl_columns()
+        seconds = nccl_table(opts, len(nodes) * opts["g"], path, share)
+    wanted = max((float(faults(n).get("nccl_seconds", -1)) for n in nodes), default=-1)
+    time.sleep(max(0.0, (wanted if wanted >= 0 else min(6.0, 1.2 + seconds))
+                   - (time.monotonic() - started)))
+    return 0
+
+
 TOOLS = {"dcgmi": dcgmi, "nvidia-smi": nvidia_smi, "lab-driver-install": driver_install,
-         "lab-reboot": reboot, "nvidia-mig-parted": mig_parted}
+         "lab-reboot": reboot, "nvidia-mig-parted": mig_parted,
+         "all_reduce_perf": all_reduce_perf}
 
 if __name__ == "__main__":
     tool = TOOLS.get(Path(sys.argv[0]).name)

@@ -10,11 +10,13 @@ from . import gpufaults
 from .layout import DEFAULT_DRIVER, Info, LabError, Layout
 
 FAKE_TOOLS = Path(__file__).resolve().parent.parent / "labbin" / "fakegpu.py"
-TOOL_NAMES = ["dcgmi", "nvidia-smi", "lab-driver-install", "lab-reboot", "nvidia-mig-parted"]
+TOOL_NAMES = ["dcgmi", "nvidia-smi", "lab-driver-install", "lab-reboot", "nvidia-mig-parted",
+              "all_reduce_perf"]
 LAB_COMMAND = Path(__file__).resolve().parent.parent / "lab"
 CHOICES = {"health": {"pass", "fail"}, "api": {"500", "hang", "ok"},
            "upgrade": {"fail", "ok"}, "reset": {"fail", "ok"},
-           "mig": {"fail", "ok"}, "reboot": {"hang", "ok"}, "install": {"fail", "ok"}}
+           "mig": {"fail", "ok"}, "reboot": {"hang", "ok"}, "install": {"fail", "ok"},
+           "nccl": {"slow", "socket", "ok"}}
 
 
 def install_tools(layout: Layout) -> None:
@@ -50,6 +52,8 @@ def parse(pairs: list[str]) -> dict[str, str]:
         if allowed and value not in allowed:
             raise LabError(f"{key} must be one of {sorted(allowed)}")
         gpufaults.validate(key, value)  # GPU telemetry keys: numbers in range
+        if key == "nccl_seconds" and not (value.isdigit() and int(value) <= 600):
+            raise LabError(f"nccl_seconds must be whole seconds up to 600, got {value!r}")
         updates[key] = value
     return updates
 

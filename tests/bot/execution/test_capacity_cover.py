@@ -42,6 +42,7 @@ REQUESTS: dict[str, list[dict[str, str]]] = {
     "mig-reconfigure": [{"node": n, "layout": "all-3g.40gb"} for n in ("gpu02", "gpu04",
                                                                         "gpu05")],
     "open-maintenance": [{"name": "rack12", "nodes": "gpu[01-03]"}],
+    "nccl-test": [{"nodes": "gpu[01-02]"}, {"nodes": "gpu04"}],
     "quarantine-node": [{"node": n, "reason": "XID 79"} for n in ("gpu02", "gpu04", "gpu05")],
     "open-window": [{"window": "3", "nodes": "gpu[03-05]", "duration": "4h",
                      "slurm_nodes": "gpu[03-04]", "k8s_nodes": "gpu04,k8s-gpu05",
