@@ -25,8 +25,8 @@ class FakePrometheus:
     """Answers every instant query with ``answer`` (or raises it); a range query gets each
     series of ``answer`` holding its value at every step. ``queries`` records the PromQL.
     With ``gpus``, the GPU gate's presence query (DCGM_FI_DEV_GPU_TEMP of some hosts) gets
-    that many GPUs for each host it names, as dcgm-exporter reports them, and its error watch
-    gets each of those GPUs with no error."""
+    that many GPUs for each host it names, as dcgm-exporter reports them, and (``answer``
+    empty) its error watch gets each of those GPUs with no error."""
 
     def __init__(self, answer: list[Sample] | Exception, gpus: int | None = None) -> None:
         self.answer = answer
@@ -43,7 +43,7 @@ class FakePrometheus:
             return [Sample({"Hostname": h, "gpu": str(g)}, 40.0)
                     for h in hosts for g in range(self.gpus_of.get(h, self.gpus))]
         errors = re.search(r'__name__=~"[^"]*", Hostname=~"([^"]+)"', promql)
-        if self.gpus is not None and errors:  # the gate's error watch: no error on any GPU
+        if self.gpus is not None and errors and not self.answer:  # no error on any GPU
             hosts = dict.fromkeys(errors.group(1).replace("\\", "").split("|"))  # unescaped
             return [Sample({"__name__": "DCGM_FI_DEV_XID_ERRORS", "Hostname": h, "gpu": str(g)},
                            0.0) for h in hosts for g in range(self.gpus)]

@@ -16,7 +16,9 @@ import pytest
 
 from adapters.actions import Action
 from adapters.kubernetes.actions import KubernetesActions
+from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.fake import FakeKubernetes
+from adapters.kubernetes.gpu_gate import GpuGateNodesAction
 from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.fake import FakePrometheus
 from adapters.prometheus.soak import ErrorsHoldAction
@@ -60,7 +62,9 @@ def upgrade_bot(make_bot: BotFactory) -> tuple[Service, DriverSlurm]:
                DriverUpgradeAction(slurm, config, sleep, prometheus=prom, gpu_settle=0.05),
                DriverRolloutAction(slurm, config, sleep, prometheus=prom, gpu_settle=0.05),
                ErrorsHoldAction(prom, PrometheusConfig(url="http://prometheus.invalid:9090")),
-               *KubernetesActions(kubernetes, sleep=lambda s: None).all()]
+               *KubernetesActions(kubernetes, sleep=lambda s: None).all(),
+               GpuGateNodesAction(kubernetes, KubernetesConfig(), sleep, prometheus=prom,
+                                  gpu_settle=0.05)]
     bot.catalogue = Catalogue([*bot.catalogue._actions.values(), *actions], KNOWN)
     nodes = frozenset(SLURM + KUBE)
     bot.inventory = Inventory(nodes=nodes, slurm=frozenset(SLURM), kubernetes=frozenset(KUBE),
@@ -118,7 +122,7 @@ def test_the_kubernetes_plan(make_bot: BotFactory) -> None:
     plan = bot.plan("upgrade-driver", params)
     ran = [s.id for s in plan.steps if not s.skipped]
     assert ran == ["announce", "k8s-hold", "k8s-policy", "k8s-set-version", "k8s-canary-wait",
-                   "k8s-soak", "k8s-release", "k8s-wait", "k8s-verify"]
+                   "k8s-soak", "k8s-release", "k8s-wait", "k8s-verify", "k8s-gpus"]
     steps = {s.id: s for s in plan.steps}
     assert steps["k8s-hold"].args["canary"] == "gpu05"
     assert steps["k8s-hold"].undo is None  # a failure or cancel leaves the rest held back
@@ -142,6 +146,8 @@ def test_the_kubernetes_plan(make_bot: BotFactory) -> None:
                 "gpu-runbook-bot/upgrade-skip-set=true nvidia.com/gpu-driver-upgrade.skip- "
                 f"gpu-runbook-bot/upgrade-skip-set-; to go on to {NEW}") in hint
     assert "rollback-driver pool=kubernetes" in steps["k8s-wait"].args["hint"]
+    assert steps["k8s-gpus"].args["nodes"] == dict.fromkeys(sorted(KUBE), "")
+    assert steps["k8s-gpus"].args["cordon"] is True and steps["k8s-gpus"].args["fail_on_kept"]
     assert steps["k8s-verify"].args["label_selector"] == unskipped
 
 
