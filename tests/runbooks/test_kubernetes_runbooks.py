@@ -7,11 +7,13 @@ and restore-etcd against a real etcd."""
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from adapters.kubernetes.cordons import CORDONED_BY, FAILED_CHECK
 from bot.service import Service
 from tests.lab.fixture import Lab
 from tests.lab.kubehelp import (
@@ -110,6 +112,32 @@ def test_rollback_driver_stops_at_an_upgrade_failed_node(pool: Lab, bot: Service
     assert ex.state == "failed"
     assert "gpu06" in (ex.error or "") and "upgrade-failed" in (ex.error or "")
     assert "left as they are" in (ex.error or "")
+
+
+def test_rollback_driver_cordons_a_node_whose_gpus_fail_after_the_rollout(
+        pool: Lab, bot: Service) -> None:
+    """The operator returns every node; the GPU gate then finds GPU 2 of gpu07 off the bus:
+    gpu07 is cordoned as a failed check naming it, the run fails naming it, the rest serve."""
+    lab = pool
+    set_driver(lab, lab["default_driver_version"], 2, 0.05)
+    lab.lab("fault", "gpu07", "gpu_missing=2")
+    try:
+        time.sleep(2.5)  # two scrapes: the series is gone from Prometheus
+        ex = run(bot, "rollback-driver", {"pool": "kubernetes", "version": "550.54.15"},
+                 approvers=("carol", "dave"))
+        assert ex.state == "failed"
+        assert "step k8s-gpus failed: KEPT OUT: gpu07 (DCGM reports 7 of 8 GPUs of gpu07: " \
+            "GPU 2 missing" in (ex.error or ""), ex.error
+        assert driver_versions(lab) == {"550.54.15"}  # the rollout itself went through
+        seen = nodes(lab)
+        assert seen["gpu07"]["spec"].get("unschedulable") is True
+        assert seen["gpu07"]["metadata"]["annotations"][FAILED_CHECK].startswith(
+            "GPU telemetry: DCGM reports 7 of 8 GPUs of gpu07")
+        assert not any(seen[n]["spec"].get("unschedulable") for n in ("gpu05", "gpu06", "gpu08"))
+    finally:
+        lab.lab("fault", "gpu07", "clear")
+        api(lab, "PATCH", "/api/v1/nodes/gpu07", {"metadata": {"annotations": dict.fromkeys(
+            (CORDONED_BY, FAILED_CHECK))}}, ctype="application/merge-patch+json")
 
 
 def etcdctl(lab: Lab, *args: str) -> str:
