@@ -18,6 +18,7 @@ from adapters.actions import (
     ActionContext,
     ActionError,
     ActionResult,
+    ActionStopped,
     ActionTimeout,
     Seconds,
     StrictArguments,
@@ -205,10 +206,10 @@ class CheckGresAction(GpuGated, _SlurmAction):
             left = (f"{node} could not be drained again ({again}): it may be in service "
                     f"inside its reservation; drain it by hand (scontrol update NodeName={node} "
                     "State=DRAIN Reason=...) before the reservation ends")
-        cls = type(exc) if isinstance(exc, ActionError) else ActionError
         if isinstance(exc, GateFailed):
             return ActionError(f"{node} has the layout but its GPUs did not pass: {said}; {left}")
-        return cls(f"{said}; {left}")
+        kind = type(exc) if isinstance(exc, ActionStopped | ActionTimeout) else ActionError
+        return kind(f"{said}; {left}")
 
     def _checked(self, args: CheckGresArguments, ctx: ActionContext) -> ActionResult:
         gpus = self._count(args, ctx)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from adapters.actions import ActionContext, ActionError, ActionTimeout
+from adapters.actions import ActionContext, ActionError, ActionStopped, ActionTimeout
 from adapters.kubernetes.actions import KubernetesActions
 from adapters.kubernetes.fake import FakeKubernetes
 from adapters.slurm.config import SlurmConfig
@@ -189,3 +189,13 @@ def test_check_gres_without_prometheus_refuses_the_gate_at_plan() -> None:
     action, _ = gres_check("gpu:h100:8")
     with pytest.raises(ActionError, match="no Prometheus is configured"):
         action.plan(CheckGresArguments(node="gpu03", per_gpu={}, gpus=8, gpu_telemetry=True))
+
+
+def test_check_gres_stopped_drains_the_node_and_stays_a_stop() -> None:
+    action, slurm = gres_check("gpu:3g.40gb:14")
+    stopping = ctx()
+    stopping.request_stop("cancelled by alice")
+    with pytest.raises(ActionStopped, match=r"cancelled by alice.*gpu03 is left drained"):
+        action.run(CheckGresArguments(node="gpu03", per_gpu={"3g.40gb": 2}, gpus=8,
+                                      timeout=30, poll=0.01), stopping)
+    assert slurm.state["gpu03"].reason.endswith("(execution 1: failed check)")
