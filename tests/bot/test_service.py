@@ -110,11 +110,21 @@ def test_deny_ends_with_nothing_run_and_releases_locks(make_bot: BotFactory) -> 
     bot.request("demo", {"node": "gpu01"}, "bob")  # the lock is free again
 
 
-def test_expiry_ends_the_request(make_bot: BotFactory) -> None:
+def test_expiry_ends_the_request(make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The approval window read by a clock the test sets: just before the deadline the request
+    still waits, at it the request has expired."""
+    from types import SimpleNamespace
+
+    from bot.execution import executions
+
     policy = {"required": 1, "approvers": ["group:gpu-leads"], "expires": "1s"}
     bot = make_bot({"demo": medium(approval=policy)})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
-    time.sleep(1.1)
+    deadline = bot.get(execution_id).approval_deadline
+    assert deadline is not None
+    monkeypatch.setattr(executions, "time", SimpleNamespace(time=lambda: deadline - 0.001))
+    assert bot.get(execution_id).state == "awaiting_approval"
+    monkeypatch.setattr(executions, "time", SimpleNamespace(time=lambda: deadline))
     with pytest.raises(Refused, match="expired"):
         bot.approve(execution_id, "carol")
     assert bot.get(execution_id).state == "expired"

@@ -115,12 +115,20 @@ def test_cancel_during_a_post_check_that_waits(make_bot: BotFactory) -> None:
                "within": "2m"}]
     bot = make_bot({"demo": runbook([record("a", "a")], post_checks=checks)},
                    host_commands={"false-cmd": {"argv": ["false"]}})
-    bot.checks = Checks({"command": CommandEvaluator(bot.config.host_commands)})  # real sleep
+    command = CommandEvaluator(bot.config.host_commands)
+    polled = threading.Event()
+
+    def evaluate(check: Any, deadline: float) -> Any:
+        try:
+            return command(check, deadline)
+        finally:
+            polled.set()  # the check has failed once: the engine is in its polling now
+
+    bot.checks = Checks({"command": evaluate})  # the real sleep between two polls
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     engine = Engine(bot)
     worker, box = drive_in_thread(engine, execution_id)
-    wait_for(lambda: fakes.STATE.get("a") is True)
-    time.sleep(0.3)  # inside the post-check's polling
+    assert polled.wait(10)
     asked = time.monotonic()
     bot.cancel(execution_id, "alice")
     worker.join(10)
@@ -208,6 +216,12 @@ def test_a_plan_that_now_needs_approval_is_asked_never_run(make_bot: BotFactory)
 # --- 4. a heartbeat that fails: the engine stops itself, another takes over ----------------
 
 
+def lease_over(bot: Service, execution_id: int) -> bool:
+    """Whether the execution's lease has run out (by the clock the engines claim with)."""
+    lease_until = bot.get(execution_id).lease_until
+    return lease_until is not None and lease_until < time.time()
+
+
 def test_an_engine_that_cannot_renew_stops_before_another_takes_over(
         make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     bot = make_bot({"demo": runbook([gate("slow", seconds=30)])},
@@ -226,7 +240,7 @@ def test_an_engine_that_cannot_renew_stops_before_another_takes_over(
     assert not worker.is_alive()
     assert fakes.CONCURRENCY["now"] == 0
     assert box["ex"].state == "running"
-    time.sleep(1.3)  # its lease runs out
+    wait_for(lambda: lease_over(bot, execution_id))  # nobody renews it: it runs out
     fakes.GATES.setdefault("slow", threading.Event()).set()
     second = Engine(bot, owner="second", sleep=lambda s: None)
     ex = second.drive(execution_id)

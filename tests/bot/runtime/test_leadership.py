@@ -304,7 +304,10 @@ class Switch:
     leading: bool = False
     released: int = 0
 
+    campaigns: int = 0
+
     def campaign(self) -> bool:
+        self.campaigns += 1
         return self.leading
 
     def holder(self) -> str | None:
@@ -446,7 +449,8 @@ def test_serve_runs_leader_tasks_only_while_leading(make_bot: BotFactory) -> Non
                                  "election": "switch", "leader_replica": "replica-2"}
         assert everywhere.running.wait(5)  # not leader-only: runs in a follower too
         execution_id = bot.request("demo", {"node": "gpu02"}, "alice")
-        time.sleep(0.5)
+        asked = switch.campaigns
+        wait_until(lambda: switch.campaigns >= asked + 3, "three rounds as a follower")
         assert bot.get(execution_id).state == "approved"  # no engine in a follower
         switch.leading = True
         wait_until(lambda: healthz(port)["leader"], "leadership")
