@@ -172,6 +172,13 @@ class NodeInfoArguments(_NodesArguments):
     pass
 
 
+def _owner(part: reasons.Part, health_drains: tuple[str, ...]) -> str:
+    """Whose part of a drain reason it is, for a plan."""
+    who = ("a node health check, which this health check answers"
+           if reasons.answered(part, health_drains) else part.owner())
+    return f'{who}: "{part.text}"'
+
+
 class _SlurmAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
     def _read(self, names: list[str], with_jobs: bool = True) -> list[NodeInfo]:
         found = self.backend.nodes(names, with_jobs=with_jobs)
@@ -183,9 +190,11 @@ class _SlurmAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
             )
         return found
 
-    def _drain_notes(self, names: list[str], override: bool) -> list[str]:
+    def _drain_notes(self, names: list[str], override: bool,
+                     health_drains: tuple[str, ...] = ()) -> list[str]:
         """For a plan: each drained node's reason and owner, and whether a return to service
-        lifts it. Read now (the run reads again before it resumes anything)."""
+        lifts it (a health check passes ``health_drains``: the node health check's drains
+        it answers). Read now (the run reads again before it resumes anything)."""
         try:
             nodes = self._read(names, with_jobs=False)
         except ActionError as exc:
@@ -195,8 +204,8 @@ class _SlurmAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
         for node in nodes:
             if "DRAIN" not in node.flags:
                 continue
-            owners = "; ".join(f'{p.owner()}: "{p.text}"' for p in reasons.parts(node.reason))
-            stop = reasons.blocking(node.reason)
+            owners = "; ".join(_owner(p, health_drains) for p in reasons.parts(node.reason))
+            stop = reasons.blocking(node.reason, health_drains)
             verdict = ("lifted: override_drains=true" if stop and override else
                        "STAYS DRAINED: not lifted without override_drains=true (break-glass)"
                        if stop else "lifted once the node passes")
@@ -204,8 +213,9 @@ class _SlurmAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
                          f"{verdict}")
         return notes
 
-    def _not_liftable(self, nodes: list[NodeInfo], override: bool) -> dict[str, str]:
-        return {} if override else reasons.not_liftable(nodes)
+    def _not_liftable(self, nodes: list[NodeInfo], override: bool,
+                      health_drains: tuple[str, ...] = ()) -> dict[str, str]:
+        return {} if override else reasons.not_liftable(nodes, health_drains)
 
     def _refuse_others_drain(self, node: NodeInfo, what: str) -> None:
         """Before resuming ``node`` inside a reservation to work on it: another owner's

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -80,6 +80,12 @@ class SlurmConfig(BaseModel):
     upgrade: UpgradeConfig = Field(default_factory=UpgradeConfig)  # upgrade-slurm
     rest: RestConfig = Field(default_factory=RestConfig)  # backend: rest (slurmrestd)
     nccl: NcclConfig = Field(default_factory=NcclConfig)  # nccl-test across nodes
+    # reason prefixes of the drains a node health check makes for the GPUs (NHC): the bot's
+    # own health check of the node (slurm.health_check) answers them, so it lifts them
+    # inside its reservation as it lifts its own; () never. Name only GPU checks here: a
+    # GPU check does not answer an NHC drain for a missing mount or a slow link.
+    health_check_drains: tuple[Annotated[str, Field(min_length=4, max_length=100)], ...] = (
+        "NHC: gpu-health-check:",)
 
     @model_validator(mode="after")
     def _rest_is_complete(self) -> SlurmConfig:

@@ -1,10 +1,10 @@
 """``slurm.health_check``: check a node inside its maintenance reservation.
 
-It lifts only a drain the bot made to work on the node (adapters.slurm.reasons): another
-owner's drain, or the bot's for a failed check, stays unless the step says
-``override_drains``. Once it resumed the node, every way out but a passed check (a failed
-check, a stop, a lost controller, an error) drains it again, marked as a failed check: it
-never goes back into service unchecked.
+It lifts only a drain the bot made to work on the node, or a node health check's GPU drain
+it answers (adapters.slurm.reasons): another owner's drain, or the bot's for a failed check,
+stays unless the step says ``override_drains``. Once it resumed the node, every way out but
+a passed check (a failed check, a stop, a lost controller, an error) drains it again, marked
+as a failed check: it never goes back into service unchecked.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ class HealthCheckAction(GpuGated, _SlurmAction):
 
     def plan(self, args: HealthCheckArguments) -> list[str]:
         argv = self._argv(args)
-        return [*self._drain_notes([args.node], args.override_drains),
+        return [*self._drain_notes([args.node], args.override_drains,
+                                   self.config.health_check_drains),
             commands.show(commands.update_nodes([args.node], "RESUME", None))
             + f" (inside reservation {args.reservation}: no other job lands there)",
             self.backend.node_run_line(args.node, args.reservation, argv,
@@ -114,7 +115,8 @@ class HealthCheckAction(GpuGated, _SlurmAction):
         self._require_reservation(args)
         (node,) = self._read([args.node], with_jobs=False)
         stays = self._not_liftable([node], args.override_drains or bool(
-            args.also_lift and node.reason.startswith(args.also_lift)))
+            args.also_lift and node.reason.startswith(args.also_lift)),
+            self.config.health_check_drains)
         if stays:
             raise ActionError(
                 f"{args.node} is {stays[args.node]}: that drain stays (nothing was changed). "

@@ -2,9 +2,9 @@
 
 Every reason the bot writes ends with its mark: ``(execution N)`` for a node it drained to
 work on it, ``(execution N: failed check)`` for a node it left out because a check failed.
-A node drained by someone else (a person, Slurm, NHC) that the bot drains too keeps that
-reason, the bot's own joined after it with `` ++ ``: nothing the bot does erases another
-owner's reason, and its undo takes back only its own part.
+Another owner's reason (a person's, Slurm's, NHC's) is kept, the bot's joined after it with
+`` ++ ``; its undo takes back only its own part. Only the bot's own health check may lift
+a node health check's GPU drain (a prefix of ``slurm.health_check_drains``), as NHC would.
 """
 
 from __future__ import annotations
@@ -72,13 +72,23 @@ def without(reason: str, execution_id: int) -> str:
     return JOIN.join(p.text for p in parts(reason) if p.execution != execution_id)
 
 
-def blocking(reason: str) -> Part | None:
-    """The first part that a routine return to service must not lift: somebody else's
-    reason, or the bot's for a failed check. None when every part is a bot drain made to
-    work on the node (which a check that passes answers)."""
+def answered(part: Part, health_drains: Iterable[str]) -> bool:
+    """Somebody else's part that a node health check wrote (one of ``health_drains``'
+    prefixes): a health check of the bot that passes answers it."""
+    return part.execution is None and any(
+        prefix and part.text.startswith(prefix) for prefix in health_drains)
+
+
+def blocking(reason: str, health_drains: Iterable[str] = ()) -> Part | None:
+    """The first part that a return to service must not lift: somebody else's reason, or
+    the bot's for a failed check. None when every part is a bot drain made to work on the
+    node (which a check that passes answers), or, for a health check of the bot (which
+    passes ``health_drains``), a node health check's drain it answers too."""
     if not reason.strip():
         return Part("(no reason given)", None)
-    return next((p for p in parts(reason) if p.execution is None or p.failed_check), None)
+    drains = tuple(health_drains)
+    return next((p for p in parts(reason) if (p.execution is None or p.failed_check)
+                 and not answered(p, drains)), None)
 
 
 def held_by(reason: str) -> frozenset[int]:
@@ -86,12 +96,14 @@ def held_by(reason: str) -> frozenset[int]:
     return frozenset(p.execution for p in parts(reason) if p.execution is not None)
 
 
-def not_liftable(nodes: Iterable[NodeInfo]) -> dict[str, str]:
-    """Drained nodes a routine return to service must leave (another owner's reason or the
-    bot's for a failed check), with whose drain it is."""
+def not_liftable(nodes: Iterable[NodeInfo],
+                 health_drains: Iterable[str] = ()) -> dict[str, str]:
+    """Drained nodes a return to service must leave (another owner's reason or the bot's
+    for a failed check), with whose drain it is; ``health_drains``: see blocking()."""
+    drains = tuple(health_drains)
     found = {}
     for node in nodes:
-        stop = blocking(node.reason) if "DRAIN" in node.flags else None
+        stop = blocking(node.reason, drains) if "DRAIN" in node.flags else None
         if stop is not None:
             found[node.name] = f'drained by {stop.owner()}: "{stop.text}"'
     return found

@@ -136,6 +136,61 @@ def test_a_health_check_lifts_the_bots_own_maintenance_drain() -> None:
     assert "DRAIN" not in fake.state["gpu02"].flags
 
 
+NHC = "NHC: gpu-health-check: Page Retirement/Row Remap Fail - GPU: 3"
+
+
+@pytest.mark.parametrize("reason", [NHC, f"{NHC} ++ XID 79 (execution 5)",
+                                    f"XID 79 (execution 5) ++ {NHC}"])
+def test_a_health_check_answers_a_node_health_checks_gpu_drain(reason: str) -> None:
+    fake = slurm(("gpu02", reason))
+    fake.create_reservation("resume-gpu02", ["gpu02"], "now", 3600, ["MAINT"], ["root"])
+    check = act(HealthCheckAction, fake)
+    args = check.Arguments.model_validate({"node": "gpu02", "reservation": "resume-gpu02"})
+    [note] = [line for line in check.plan(args) if "is drained by" in line]
+    assert f'a node health check, which this health check answers: "{NHC}"' in note
+    assert note.endswith("lifted once the node passes")
+    assert "passed" in check.run(args, ctx()).summary
+    assert "DRAIN" not in fake.state["gpu02"].flags
+
+
+@pytest.mark.parametrize("reason,stays", [
+    (f"{HAND} ++ {NHC}", HAND),  # a person's part beside NHC's
+    (f"{NHC} ++ health check failed: Row remap (execution 5: failed check)",
+     "health check failed: Row remap (execution 5: failed check)"),
+    (f"{NHC} (execution 5: failed check)", "the bot for a failed check"),  # the bot's
+    ("NHC: check_fs_mount: /scratch not mounted", "NHC: check_fs_mount"),  # not a GPU check
+    (f"bob: {NHC}", "bob: NHC"),  # the prefix only at the start of a part
+])
+def test_a_health_check_still_leaves_every_other_drain(reason: str, stays: str) -> None:
+    fake = slurm(("gpu02", reason))
+    fake.create_reservation("resume-gpu02", ["gpu02"], "now", 3600, ["MAINT"], ["root"])
+    check = act(HealthCheckAction, fake)
+    with pytest.raises(ActionError, match=re.escape(stays)):
+        check.run(check.Arguments.model_validate({"node": "gpu02",
+                                                  "reservation": "resume-gpu02"}), ctx())
+    assert fake.state["gpu02"].reason == reason and "DRAIN" in fake.state["gpu02"].flags
+
+
+def test_no_node_health_check_drains_configured_lifts_none() -> None:
+    fake = slurm(("gpu02", NHC))
+    fake.create_reservation("resume-gpu02", ["gpu02"], "now", 3600, ["MAINT"], ["root"])
+    check = HealthCheckAction(fake, CONFIG.model_copy(update={"health_check_drains": ()}),
+                              lambda s: None)
+    args = health.HealthCheckArguments.model_validate({"node": "gpu02",
+                                                       "reservation": "resume-gpu02"})
+    with pytest.raises(ActionError, match="drained by someone else"):
+        check.run(args, ctx())
+    assert fake.state["gpu02"].reason == NHC
+
+
+def test_a_routine_resume_never_lifts_a_node_health_checks_drain() -> None:
+    """Only a health check answers NHC: a plain return to service (no check) does not."""
+    fake = slurm(("gpu02", NHC))
+    assert reasons.not_liftable(fake.nodes(["gpu02"], with_jobs=False)) != {}
+    assert reasons.blocking(NHC, ["NHC: gpu-health-check:"]) is None
+    assert reasons.blocking(NHC, [""]) == reasons.Part(NHC, None)  # an empty prefix: none
+
+
 def test_a_failed_check_drains_the_node_marked_as_a_failed_check() -> None:
     fake = slurm(("gpu02", "XID 79 (execution 5)"))
     fake.create_reservation("resume-gpu02", ["gpu02"], "now", 3600, ["MAINT"], ["root"])

@@ -838,7 +838,8 @@ def parser() -> argparse.ArgumentParser:
     fault = sub.add_parser("fault", help="NODE key=value... | NODE clear")
     fault.add_argument("node")
     fault.add_argument("pairs", nargs="+", metavar="key=value",
-                       help="health=fail|pass, driver=VERSION, vbios=VERSION, gpu=N, "
+                       help="health=fail|pass (the bot's checks), nhc=fail|pass (Slurm's "
+                       "HealthCheckProgram), driver=VERSION, vbios=VERSION, gpu=N, "
                        "upgrade=fail, xid=N "
                        "[xid_gpu=G], ecc_dbe=N, temp=T, util=U, gpu_missing=G[,G], "
                        "row_remap_failure=1, remapped_rows=N, exporter=down, any "

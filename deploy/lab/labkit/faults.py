@@ -12,8 +12,12 @@ from .layout import DEFAULT_DRIVER, Info, LabError, Layout
 FAKE_TOOLS = Path(__file__).resolve().parent.parent / "labbin" / "fakegpu.py"
 TOOL_NAMES = ["dcgmi", "nvidia-smi", "lab-driver-install", "lab-reboot", "nvidia-mig-parted",
               "all_reduce_perf"]
+NHC_SCRIPT = Path(__file__).resolve().parents[2] / "nhc" / "gpu-health-check"
+NHC_PROGRAM = "lab-nhc"
+NHC_INTERVAL = 15  # seconds: slurm.conf's HealthCheckInterval
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LAB_COMMAND = Path(__file__).resolve().parent.parent / "lab"
-CHOICES = {"health": {"pass", "fail"}, "api": {"500", "hang", "ok"},
+CHOICES = {"health": {"pass", "fail"}, "nhc": {"pass", "fail"}, "api": {"500", "hang", "ok"},
            "upgrade": {"fail", "ok"}, "reset": {"fail", "ok"},
            "mig": {"fail", "ok"}, "reboot": {"hang", "ok"}, "install": {"fail", "ok"},
            "nccl": {"slow", "socket", "ok"}}
@@ -23,11 +27,26 @@ def install_tools(layout: Layout) -> None:
     target = layout.bin / "fakegpu.py"
     shutil.copyfile(FAKE_TOOLS, target)
     target.chmod(0o755)
+    nhc = layout.bin / NHC_PROGRAM
+    nhc.write_text(nhc_program(layout))
+    nhc.chmod(0o755)
     (layout.bin / ".lab-command").write_text(str(LAB_COMMAND) + "\n")  # for lab-reboot
     for name in TOOL_NAMES:
         link = layout.bin / name
         if not link.is_symlink():
             link.symlink_to("fakegpu.py")
+
+
+def nhc_program(layout: Layout) -> str:
+    """slurm.conf's HealthCheckProgram: the shipped gpu-health-check, its GPU check the lab's
+    dcgmi judged by the `nhc` fault. slurmd runs it with SLURMD_NODENAME and nothing else
+    (no PATH, no SLURM_CONF); chrooted (lab up --slurm 24.11) PATH finds the root's own
+    scontrol, and the lab's folder and the checkout are at their own paths there."""
+    return f"""#!/bin/sh
+export PATH={SYSTEM_PATH} SLURM_CONF={layout.slurm_conf} CONFIG=/dev/null
+export LAB_HEALTH_FAULT=nhc GPU_CHECK="{layout.bin}/dcgmi diag -r 1"
+exec /bin/sh {NHC_SCRIPT}
+"""
 
 
 def fault_file(layout: Layout, node: str) -> Path:

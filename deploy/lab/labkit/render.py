@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from string import Template
 
-from . import mig, roots
+from . import faults, mig, roots
 from .layout import (
     CLUSTER,
     GPU_TYPE,
@@ -62,6 +62,12 @@ PriorityWeightAge=100
 # ("report node rebooted"), which is what a real reboot looks like to slurmctld.
 RebootProgram={layout.bin}/lab-reboot
 ResumeTimeout=120
+# Slurm's own node health check (the shipped deploy/nhc/gpu-health-check, its GPU check the
+# lab's dcgmi): `lab fault NODE nhc=fail` drains the node within the interval; slurmd runs
+# it at start too, so a node that boots with it failing registers drained.
+HealthCheckProgram={layout.bin}/{faults.NHC_PROGRAM}
+HealthCheckInterval={faults.NHC_INTERVAL}
+HealthCheckNodeState=ANY
 # Every slurmd shares 127.0.0.1: talk to each directly, never forward through
 # another node (most are not started in scale labs).
 TreeWidth=65533

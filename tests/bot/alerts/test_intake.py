@@ -4,7 +4,7 @@ the reason quoted and the GPU and XID read from it; once per node and cause, how
 it is scanned or after a dismissal; the bot's own drains propose nothing; a cause that went
 away resolves its proposal; a Kubernetes node condition of a configured type proposes too;
 nothing runs without a person. The lab drains through a real HealthCheckProgram in
-tests/runbooks/test_intake_lab.py."""
+tests/runbooks/test_nhc_lab.py."""
 
 from __future__ import annotations
 
