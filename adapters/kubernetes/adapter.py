@@ -8,8 +8,12 @@ from typing import Any
 from adapters.kubernetes.actions import ACTION_CLASSES, KubernetesActions
 from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.gpu_gate import GpuGateAction, GpuGateNodesAction
+from adapters.kubernetes.gpu_identity import GpuIdentityAction
 from adapters.prometheus.gate import configured_settle
 from adapters.registry import Adapter, Built
+
+# they read DCGM through Prometheus (None when it is not configured: they refuse then)
+PROMETHEUS_ACTIONS = (GpuGateAction, GpuGateNodesAction, GpuIdentityAction)
 
 
 def _build(config: KubernetesConfig, backends: Mapping[str, Any]) -> Built:
@@ -19,10 +23,10 @@ def _build(config: KubernetesConfig, backends: Mapping[str, Any]) -> Built:
     prometheus = backends.get("prometheus")  # the GPU gate before a node returns (DCGM)
     settle = configured_settle(prometheus)
     gates = [cls(backend, config, prometheus=prometheus, gpu_settle=settle)
-             for cls in (GpuGateAction, GpuGateNodesAction)]
+             for cls in PROMETHEUS_ACTIONS]
     return Built([*KubernetesActions(backend, config).all(), *gates], backend)
 
 
 ADAPTER = Adapter("kubernetes", "kubernetes", KubernetesConfig,
-                  (*ACTION_CLASSES, GpuGateAction, GpuGateNodesAction), _build,
+                  (*ACTION_CLASSES, *PROMETHEUS_ACTIONS), _build,
                   uses=("prometheus",))

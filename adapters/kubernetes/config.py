@@ -40,7 +40,8 @@ class GpuDiagConfig(BaseModel):
     with ``command`` and the level appended (1 quick to 4 long; ``level`` the default). DCGM's
     diagnostics need ``security_context``'s SYS_ADMIN: the namespace's Pod Security level
     must allow it. ``tolerations`` let it onto a tainted GPU node; ``ttl_seconds`` is how
-    long Kubernetes keeps a Job the bot could not delete."""
+    long Kubernetes keeps a Job the bot could not delete. ``k8s.gpu_identity`` runs
+    ``identity_command`` the same way (the image must have nvidia-smi)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -57,6 +58,9 @@ class GpuDiagConfig(BaseModel):
         default_factory=lambda: {"capabilities": {"add": ["SYS_ADMIN"]}})
     service_account: str | None = None
     ttl_seconds: int = Field(default=3600, ge=0)
+    # k8s.gpu_identity (swap-gpu's evidence): one "index, serial, uuid" line per GPU
+    identity_command: list[str] = Field(default_factory=lambda: [
+        "nvidia-smi", "--query-gpu=index,serial,uuid", "--format=csv,noheader"], min_length=1)
 
 
 class KubernetesConfig(BaseModel):

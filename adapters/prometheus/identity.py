@@ -1,8 +1,9 @@
 """A GPU's identity (its UUID and board serial) as DCGM labels its series in Prometheus, and
 ``prom.gpu_identity``: swap-gpu's reading before the swap. After the swap the Slurm health
-check reads nvidia-smi on the node, which must agree with DCGM and differ from this reading
-(``adapters/slurm/identity.py``). dcgm-exporter labels every series with ``UUID``; the serial
-is a label (``DCGM_FI_DEV_SERIAL``) only where its counters file lists that field as one.
+check (or, on a Kubernetes-only node, a Job) reads nvidia-smi on the node, which must agree
+with DCGM and differ from this reading (parse_identities, swap_verdict). dcgm-exporter
+labels every series with ``UUID``; the serial is a label (``DCGM_FI_DEV_SERIAL``) only where
+its counters file lists that field as one.
 """
 
 from __future__ import annotations
@@ -60,6 +61,34 @@ def dcgm_identities(backend: PrometheusBackend, node: str, gpu: int,
     known = {i.uuid for i in found if i.serial}
     return sorted((i for i in found if i.serial or i.uuid not in known),
                   key=lambda i: (i.uuid, i.serial))
+
+
+def parse_identities(out: str) -> dict[int, GpuIdentity]:
+    """``nvidia-smi --query-gpu=index,serial,uuid --format=csv,noheader`` by GPU index."""
+    found = {}
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 3 and fields[0].isdigit() and fields[2].startswith(("GPU-", "MIG-")):
+            serial = "" if fields[1] in ("[N/A]", "N/A") else fields[1]
+            found[int(fields[0])] = GpuIdentity(fields[2], serial)
+    return found
+
+
+def swap_verdict(gpu: int, before: list[GpuIdentity], after: GpuIdentity | None,
+                 dcgm: list[GpuIdentity]) -> str | None:
+    """Why the evidence does not show GPU ``gpu`` replaced; None when it does."""
+    if after is None:
+        return f"nvidia-smi lists no GPU {gpu} (off the bus?)"
+    if not before:
+        return f"no reading of GPU {gpu} from before the swap to compare {after.show()} with"
+    if after.uuid not in {d.uuid for d in dcgm}:
+        seen = "; ".join(d.show() for d in dcgm) or "no series"
+        return f"nvidia-smi reads GPU {gpu} as {after.show()} but DCGM reports {seen}"
+    if any(b.uuid == after.uuid for b in before) or (
+            after.serial and any(b.serial == after.serial for b in before)):
+        return (f"GPU {gpu} still reports {after.show()}, as before the swap: it was not "
+                "replaced (or another GPU was)")
+    return None
 
 
 class IdentityArguments(StrictArguments):

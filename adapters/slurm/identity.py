@@ -14,37 +14,16 @@ from adapters.actions import ActionContext, ActionResult
 from adapters.host import allowed_argv
 from adapters.prometheus.backend import PrometheusBackend, PrometheusError
 from adapters.prometheus.gate import gate_for
-from adapters.prometheus.identity import GpuIdentity, dcgm_identities
+from adapters.prometheus.identity import (
+    GpuIdentity,
+    dcgm_identities,
+    parse_identities,
+    swap_verdict,
+)
 from adapters.slurm.backend import SlurmBackend
 from adapters.slurm.config import SlurmConfig
 
-
-def parse_identities(out: str) -> dict[int, GpuIdentity]:
-    """``nvidia-smi --query-gpu=index,serial,uuid --format=csv,noheader`` by GPU index."""
-    found = {}
-    for line in out.splitlines():
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) == 3 and fields[0].isdigit() and fields[2].startswith(("GPU-", "MIG-")):
-            serial = "" if fields[1] in ("[N/A]", "N/A") else fields[1]
-            found[int(fields[0])] = GpuIdentity(fields[2], serial)
-    return found
-
-
-def swap_verdict(gpu: int, before: list[GpuIdentity], after: GpuIdentity | None,
-                 dcgm: list[GpuIdentity]) -> str | None:
-    """Why the evidence does not show GPU ``gpu`` replaced; None when it does."""
-    if after is None:
-        return f"nvidia-smi lists no GPU {gpu} (off the bus?)"
-    if not before:
-        return f"no reading of GPU {gpu} from before the swap to compare {after.show()} with"
-    if after.uuid not in {d.uuid for d in dcgm}:
-        seen = "; ".join(d.show() for d in dcgm) or "no series"
-        return f"nvidia-smi reads GPU {gpu} as {after.show()} but DCGM reports {seen}"
-    if any(b.uuid == after.uuid for b in before) or (
-            after.serial and any(b.serial == after.serial for b in before)):
-        return (f"GPU {gpu} still reports {after.show()}, as before the swap: it was not "
-                "replaced (or another GPU was)")
-    return None
+__all__ = ["EvidenceFailed", "identity_argv", "parse_identities", "swap_evidence", "swap_verdict"]
 
 
 class Drains(Protocol):

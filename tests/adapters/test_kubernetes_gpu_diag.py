@@ -18,7 +18,8 @@ from adapters.kubernetes.backend import Job, Pod
 from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.cordons import FAILED_CHECK
 from adapters.kubernetes.fake import FakeKubernetes
-from adapters.kubernetes.gpu_diag import GpuDiagAction, GpuDiagArguments, job_name
+from adapters.kubernetes.gpu_diag import GpuDiagAction, GpuDiagArguments
+from adapters.kubernetes.node_jobs import job_name
 
 NS = "gpu-runbook-bot"
 FAILED_LOG = ("Successfully ran diagnostic for group.\n"
@@ -40,7 +41,7 @@ def ctx(execution_id: int = 7, seconds: float = 30, **extra: Any) -> ActionConte
 
 def finish(kube: FakeKubernetes, outcome: str, log: str, execution_id: int = 7) -> None:
     """What the Job controller and kubelet do: a pod ran, the Job ended ``outcome``."""
-    name = job_name(execution_id, "gpu06")
+    name = job_name("gpu-diag", execution_id, "gpu06")
     kube.pods.append(Pod(NS, f"{name}-x1", "uid-1", node="gpu06", labels={"job-name": name}))
     kube.logs[(NS, f"{name}-x1")] = log
     kube.job_outcomes[(NS, name)] = Job(NS, name, outcome,  # type: ignore[arg-type]

@@ -199,11 +199,41 @@ def test_a_restore_prometheus_cannot_see_is_switched_back(lab: Lab, bot: Service
         etcdctl(lab, "del", "/registry/grblab/config/after")
 
 
+def identity_evidence(bot: Service, execution_id: int) -> Any:
+    return [e["data"]["details"]["swap_evidence"] for e in events(bot, execution_id)
+            if e["kind"] == "step_finished" and e["data"]["step"] == "k8s-identity"]
+
+
 def test_swap_gpu_on_a_kubernetes_only_node(pool: Lab, bot: Service) -> None:
+    """The swap evidence through a Job running the lab's nvidia-smi on gpu07: a swap that
+    happened passes with both readings in the audit log; the old GPU still in keeps gpu07
+    cordoned, marked as a failed check naming the GPU."""
     from tests.runbooks.test_slurm_runbooks import confirm_when_asked
 
     lab = pool
-    ex = run(bot, "swap-gpu", {"node": "gpu07", "gpu": "2", "reason": "XID 79"},
-             during=confirm_when_asked())
-    assert ex.state == "succeeded", ex.error
-    assert not nodes(lab)["gpu07"]["spec"].get("unschedulable")  # validated, uncordoned
+    try:
+        ex = run(bot, "swap-gpu", {"node": "gpu07", "gpu": "2", "reason": "XID 79"},
+                 during=confirm_when_asked(swap=False))
+        assert ex.state == "failed"
+        assert "GPU swap: GPU 2 still reports UUID" in (ex.error or ""), ex.error
+        seen = nodes(lab)["gpu07"]
+        assert seen["spec"].get("unschedulable") is True
+        assert seen["metadata"]["annotations"][FAILED_CHECK].startswith(
+            "GPU swap: GPU 2 still reports UUID")
+        back_in_service(lab, "gpu07")  # as a person would, after looking
+        ex = run(bot, "swap-gpu", {"node": "gpu07", "gpu": "2", "reason": "XID 79"},
+                 during=confirm_when_asked())
+        assert ex.state == "succeeded", ex.error
+        [evidence] = identity_evidence(bot, ex.id)
+        assert evidence["after"]["uuid"] != evidence["before"][0]["uuid"]
+        assert evidence["after"] in evidence["dcgm"]
+        assert not nodes(lab)["gpu07"]["spec"].get("unschedulable")  # validated, uncordoned
+    finally:
+        back_in_service(lab, "gpu07")
+
+
+def back_in_service(lab: Lab, name: str) -> None:
+    api(lab, "PATCH", f"/api/v1/nodes/{name}", {
+        "spec": {"unschedulable": None},
+        "metadata": {"annotations": dict.fromkeys((CORDONED_BY, FAILED_CHECK))}},
+        ctype="application/merge-patch+json")
