@@ -439,6 +439,17 @@ class Config(BaseModel):
         return principals(value)
 
     @model_validator(mode="after")
+    def _no_name_looks_unmapped(self) -> Config:
+        """slack:<ID> is how an unnamed Slack user acts: no configured person may be called
+        that, or they would lose what "*" gives them (and an unnamed one could pose as them)."""
+        names = [*self.users, *(self.slack.users.values() if self.slack else ())]
+        clash = sorted(n for n in names if is_unmapped(n))
+        if clash:
+            raise ValueError(f"user names may not start with {UNMAPPED_PREFIX!r} (how a Slack "
+                             f"user not in slack.users acts): {', '.join(clash)}")
+        return self
+
+    @model_validator(mode="after")
     def _chat_checkpoints_need_chat(self) -> Config:
         if self.audit.checkpoint_chat and self.slack is None:
             raise ValueError("audit.checkpoint_chat posts to the Slack channel: configure "
@@ -458,16 +469,28 @@ class Config(BaseModel):
         names of people: one person is one name, whichever surface they act from."""
         self._learnt_groups = {user: set(names) for user, names in groups.items()}
 
-    def matches(self, user: str, principals: list[str]) -> bool:
-        """True when ``user`` is one of ``principals`` ("*", "user:X", "group:G")."""
+    def matches(self, user: str, principals: list[str], *, requesting: bool = False) -> bool:
+        """True when ``user`` is one of ``principals`` ("*", "user:X", "group:G"). A Slack
+        user the configuration does not name (``slack:<ID>``) is in no group, and "*" takes
+        them in only to request runs (``requesting``) under ``slack.unmapped: requester``:
+        never to approve, steer others' runs or reset the breaker."""
         groups = self.groups_of(user)
+        anyone = not is_unmapped(user) or (
+            requesting and self.slack is not None and self.slack.unmapped == "requester")
         for item in principals:
             kind, _, name = item.partition(":")
-            if item == "*" or (kind == "user" and name == user) or (
+            if (item == "*" and anyone) or (kind == "user" and name == user) or (
                 kind == "group" and name in groups
             ):
                 return True
         return False
+
+
+UNMAPPED_PREFIX = "slack:"  # a Slack user not in slack.users acts as slack:<ID>
+
+
+def is_unmapped(user: str) -> bool:
+    return user.startswith(UNMAPPED_PREFIX)
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:

@@ -344,7 +344,8 @@ class Service:
 
     def _request(self, name: str, raw: Mapping[str, str], user: str, source: str,
                  configured: bool, break_glass: bool, extras: _Extras) -> int:
-        if not configured and not self.config.matches(user, self.config.requesters):
+        if not configured and not self.config.matches(user, self.config.requesters,
+                                                      requesting=True):
             raise Refused(f"{user} may not request runbooks (requesters: "
                           f"{', '.join(self.config.requesters)})")
         plan = self.plan(name, raw, break_glass=break_glass)

@@ -267,7 +267,7 @@ def add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, *, cron: 
 
 def _add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, cron: str | None,
          at: str | None, tz: str | None, approve: str, source: str) -> Schedule:
-    if not bot.config.matches(user, bot.config.requesters):
+    if not bot.config.matches(user, bot.config.requesters, requesting=True):
         raise Refused(f"{user} may not request runbooks, so may not schedule them either "
                       f"(requesters: {', '.join(bot.config.requesters)})")
     at_utc, tz_name, approve = check_timing(bot, cron, at, tz, approve)

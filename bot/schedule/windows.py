@@ -258,7 +258,7 @@ def create(bot: Service, nodes: str, user: str, *, start: str, duration: str,
 
 def _create(bot: Service, nodes_text: str, user: str, start: str, duration: str,
             runbooks_text: str, reason: str, tz: str | None) -> Window:
-    if not bot.config.matches(user, bot.config.requesters):
+    if not bot.config.matches(user, bot.config.requesters, requesting=True):
         raise Refused(f"{user} may not request runbooks, so may not create windows either "
                       f"(requesters: {', '.join(bot.config.requesters)})")
     names = _known_nodes(bot, nodes_text)

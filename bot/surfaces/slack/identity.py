@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bot.config import Config
+from bot.config import UNMAPPED_PREFIX, Config
 from bot.surfaces.chat import commands
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class Identities:
         self.refresh_if_due()
         assert self._config.slack is not None
         name = self._config.slack.users.get(slack_user)
-        return Person(slack_user, name or f"slack:{slack_user}", bool(name))
+        return Person(slack_user, name or f"{UNMAPPED_PREFIX}{slack_user}", bool(name))
 
     def refusal(self, person: Person, line: str) -> str | None:
         """Why ``person`` may not say ``line`` (a line of the chat grammar), or None. Only a
