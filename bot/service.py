@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,17 @@ class Preapproval:
 
 # Service.from_config's inventory until the first read lists the pools.
 NOT_LISTED_YET = params.Inventory()
+
+
+def _seen_hash(plan_hash: str | None) -> str | None:
+    """The plan hash an approver names, checked: 6 to 64 hexadecimal characters."""
+    if plan_hash is None:
+        return None
+    seen = plan_hash.strip().lower().removeprefix("plan=")
+    if not re.fullmatch(r"[0-9a-f]{6,64}", seen):
+        raise Refused(f"{plan_hash[:80]!r} is not a plan hash: give the first 6 or more "
+                      "characters of the plan hash the request shows")
+    return seen
 
 
 @dataclass
@@ -426,16 +438,24 @@ class Service:
 
     # --- decisions ----------------------------------------------------------------------
 
-    def approve(self, execution_id: int, user: str, source: str = "cli") -> Execution:
+    def approve(self, execution_id: int, user: str, source: str = "cli",
+                plan_hash: str | None = None) -> Execution:
         """Record one approval of the plan the approver saw; enough of them approve the
         execution. The decision is a compare-and-set on the execution row: an approval
         racing a denial, an expiry or a changed plan is refused with what it found.
-        ``source``: the surface it came from (cli, chat), kept in its audit event."""
+        ``plan_hash`` (its first 6+ characters): the plan the approver saw, which must be
+        the execution's in that same compare-and-set. ``source``: the surface it came
+        from (cli, chat), kept in its audit event."""
+        seen = _seen_hash(plan_hash)
         self.get(execution_id)  # ends it first if its approval window has passed
         try:
             with self.db.begin() as conn:
                 ex = self._awaiting(conn, execution_id, user, "approve")
                 problem = self._may_decide(ex, user)
+                if problem is None and seen and not ex.plan_hash.startswith(seen):
+                    problem = (f"the plan changed: execution {ex.id}'s plan is now "
+                               f"{ex.plan_hash[:12]}, not the {seen[:12]} you approved; look "
+                               f"at it again (status {ex.id})")
                 if problem is None:
                     problem = self._decide(conn, ex, user)
                 if problem is not None:

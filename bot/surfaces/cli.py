@@ -91,6 +91,9 @@ def _decision_commands(add: _Add) -> None:
         p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
         if name == "deny":
             p.add_argument("--reason")
+        if name == "approve":  # the plan the approver saw: refused if it is not the plan now
+            p.add_argument("plan_hash", nargs="?", metavar="PLAN_HASH",
+                           help="the first 6+ characters of the plan hash you looked at")
 
 
 def _reading_commands(add: _Add) -> None:
@@ -325,7 +328,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"{ex.runbook} {ex.version} requested by {user}; plan hash {ex.plan_hash}")
     if ex.state == State.AWAITING_APPROVAL:
         print(f"awaiting approval: {ex.plan.approval.describe()} "
-              f"(runbook approve {execution_id})", flush=True)
+              f"(runbook approve {execution_id} {ex.plan_hash[:12]})", flush=True)
     if not args.wait:
         if ex.state == State.APPROVED:
             print("queued: the engine runs it (runbook engine); follow with "
@@ -361,10 +364,10 @@ def _decide(args: argparse.Namespace, verb: str) -> int:
     bot = _bot(args)
     user = _user(args, bot)
     if verb == "approve":
-        ex = bot.approve(args.id, user)
+        ex = bot.approve(args.id, user, plan_hash=args.plan_hash)
         got = len(bot.approvals(ex.id))
-        print(f"execution {ex.id}: approved by {user} ({got}/{ex.approvals_required}); "
-              f"now {ex.state}")
+        print(f"execution {ex.id}: approved by {user} ({got}/{ex.approvals_required}), "
+              f"plan {ex.plan_hash[:12]}; now {ex.state}")
     elif verb == "deny":
         ex = bot.deny(args.id, user, args.reason)
         print(f"execution {ex.id}: denied by {user}; nothing was run")

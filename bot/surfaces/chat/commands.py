@@ -30,7 +30,8 @@ runbook commands:
   describe NAME                 parameters, approval policy and steps
   plan NAME key=value...        the exact plan and its hash; changes nothing
   run NAME key=value...         request an execution (approvers are asked)
-  approve ID | deny ID [reason] decide on a request
+  approve ID [PLAN_HASH]        approve the plan you saw (its hash's first 6+ characters)
+  deny ID [reason]              deny a request
   cancel ID                     stop at the next step and undo
   status ID | show ID           one execution, or its timeline
   history [node=NAME]           recent executions
@@ -150,17 +151,21 @@ def _run(bot: Service, args: list[str], user: str) -> Reply:
         raise _Usage("run NAME key=value...")
     execution_id = bot.request(args[0], parse_assignments(args[1:]), user, source="chat")
     ex = bot.get(execution_id)
-    waiting = (f"waiting for approval: {ex.plan.approval.describe()} (approve {ex.id})"
-               if ex.state == State.AWAITING_APPROVAL else "queued: it runs now")
+    waiting = (f"waiting for approval: {ex.plan.approval.describe()} (approve {ex.id} "
+               f"{ex.plan_hash[:12]})" if ex.state == State.AWAITING_APPROVAL
+               else "queued: it runs now")
     return Reply(f"execution {ex.id}: {ex.runbook} {ex.version} requested by {user}; {waiting}",
                  execution_id=ex.id)
 
 
 def _approve(bot: Service, args: list[str], user: str) -> Reply:
-    ex = bot.approve(_one_id(args, "approve ID"), user, source="chat")
+    if len(args) > 2:
+        raise _Usage("approve ID [PLAN_HASH]")
+    ex = bot.approve(_one_id(args, "approve ID [PLAN_HASH]"), user, source="chat",
+                     plan_hash=args[1] if len(args) > 1 else None)
     have = len(bot.approvals(ex.id))
-    return Reply(f"execution {ex.id}: approved by {user} ({have}/{ex.approvals_required}); "
-                 f"now {ex.state}", execution_id=ex.id)
+    return Reply(f"execution {ex.id}: approved by {user} ({have}/{ex.approvals_required}), "
+                 f"plan {ex.plan_hash[:12]}; now {ex.state}", execution_id=ex.id)
 
 
 def _deny(bot: Service, args: list[str], user: str) -> Reply:

@@ -77,9 +77,12 @@ class Listeners:
         head, _, tail = value.partition(":")
         if not is_id(head):
             return "", f"this button carries no valid ID ({value[:40]!r})"
-        if name in ("approve", "deny"):
-            line = (f"approve {head}" if name == "approve"
-                    else f'deny {head} "denied from Slack"')
+        if name == "approve":  # the hash in the approval's own compare-and-set, no check first
+            if not tail:
+                return "", "this button carries no plan hash: look at the request again"
+            return f"approve {head} {tail}", None
+        if name == "deny":
+            line = f'deny {head} "denied from Slack"'
             try:
                 current = self.bot.get(int(head)).plan_hash
             except Refused as exc:

@@ -373,9 +373,9 @@ def test_a_weakened_guard_needs_break_glass_and_one_more_approval(
     execution_id = done.stdout.split()[1]
     assert "awaiting approval: 2 approval(s)" in done.stdout
     first = cli_here("approve", execution_id, "--as", "carol", env=lab_env)
-    assert "(1/2); now awaiting_approval" in first.stdout
+    assert "(1/2), plan " in first.stdout and "; now awaiting_approval" in first.stdout
     second = cli_here("approve", execution_id, "--as", "dave", env=lab_env)
-    assert "(2/2); now approved" in second.stdout
+    assert "(2/2), plan " in second.stdout and "; now approved" in second.stdout
     assert cli_here("engine", "--once", env=lab_env).returncode == 0
     assert journal(lab_env) == ["floor 0"]
     described = cli_here("describe", "floor", env=lab_env).stdout

@@ -41,7 +41,7 @@ def test_request_then_approval_by_another_person(bot: Service) -> None:
     """)
     assert "execution 1: demo 1.0.0 requested by alice; waiting for approval" in text
     assert "bob may not approve demo" in text
-    assert "execution 1: approved by carol (1/1); now approved" in text
+    assert "execution 1: approved by carol (1/1), plan " in text and "; now approved" in text
     assert "[1] succeeded" in text  # the chat's own engine ran it before leaving
     assert code == 1  # one answer was a refusal
     assert fakes.JOURNAL == [("test.record", "gpu02")]
