@@ -8,11 +8,13 @@ import io
 import itertools
 import json
 import threading
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, select, text
 
 from bot.store import audit, db
+from bot.store.schema import audit_events
 from bot.store.words import Kind
 from kit.canonical import canonical
 from tests import postgres
@@ -89,8 +91,11 @@ def test_delete_and_renumber_is_named(db_url: str) -> None:
             conn.execute(text("UPDATE audit_events SET seq = :new WHERE seq = :old"),
                          {"new": seq - 1, "old": seq})
     verdict = audit.verify(engine)
-    assert not verdict.ok and verdict.seq == 4
+    assert verdict.ok is False and verdict.seq == 4 and verdict.events == 3
     assert "does not follow event 3" in verdict.problem
+    with engine.connect() as conn:
+        third = conn.execute(text("SELECT hash FROM audit_events WHERE seq = 3")).scalar_one()
+    assert verdict.head == third
 
 
 def test_insert_is_named(db_url: str) -> None:
@@ -162,6 +167,150 @@ def test_export_jsonl_and_csv_with_window(sqlite_url: str) -> None:
         assert audit.export(audit.events(conn, until=stamps[1]), out, "csv") == 1
         rows = list(csv.DictReader(io.StringIO(out.getvalue())))
         assert rows[0]["kind"] == "requested" and json.loads(rows[0]["data"])["n"] == 0
+
+
+def test_an_event_of_no_execution_hashes_null(sqlite_url: str) -> None:
+    """The hash of an event outside any execution has ``"execution_id":null``."""
+    import hashlib
+
+    engine = db.connect(sqlite_url)
+    with engine.begin() as conn:
+        audit.append(conn, Kind.REQUESTED, "alice", {"n": 1})
+    with engine.connect() as conn:
+        row = next(audit.events(conn))
+    body = {k: row[k] for k in ("actor", "data", "execution_id", "kind", "prev_hash", "ts")}
+    assert body["execution_id"] is None
+    encoded = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert hashlib.sha256(encoded.encode()).hexdigest() == row["hash"]
+
+
+class PostgresLike:
+    """A SQLite connection that says it is PostgreSQL and keeps the advisory lock it is asked
+    for (compiled with its parameters, so a wrong name of one raises) instead of running it."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.dialect = type("Dialect", (), {"name": "postgresql"})()
+        self.locks: list[str] = []
+
+    def execute(self, statement: Any, params: Any = None) -> Any:
+        if "advisory" in str(statement).lower():
+            self.locks.append(str(statement.bindparams(**params)).lower())
+            return None
+        return self.conn.execute(statement, params)
+
+
+def test_an_append_on_postgresql_takes_the_advisory_lock_first(sqlite_url: str) -> None:
+    engine = db.connect(sqlite_url)
+    with engine.begin() as conn:
+        like = PostgresLike(conn)
+        assert audit.append(like, Kind.REQUESTED, "alice", {"n": 1}) == 1  # type: ignore[arg-type]
+        assert like.locks == ["select pg_advisory_xact_lock(:key)"]
+        bound = text(like.locks[0]).bindparams(key=audit._PG_AUDIT_LOCK).compile(
+            compile_kwargs={"literal_binds": True})
+        assert str(bound).endswith(f"({0x6770_7562})")
+    assert audit.verify(engine).ok
+
+
+def test_events_of_one_execution_or_of_a_query_of_them(sqlite_url: str) -> None:
+    engine = db.connect(sqlite_url)
+    with engine.begin() as conn:
+        for execution_id in (7, 8, 7, None, 9):
+            audit.append(conn, Kind.REQUESTED, "alice", {}, execution_id=execution_id)
+    with engine.connect() as conn:
+        assert [e["seq"] for e in audit.events(conn, execution_id=7)] == [1, 3]
+        of = select(audit_events.c.execution_id).where(audit_events.c.execution_id > 7)
+        assert [e["seq"] for e in audit.events(conn, executions_of=of)] == [2, 5]
+
+
+def test_events_come_in_chain_order_whatever_their_times(sqlite_url: str) -> None:
+    """Read through the index on ts (a window), events still come by position."""
+    engine = db.connect(sqlite_url)
+    fill(engine, 4)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE audit_events SET ts = '2030-01-0' || (5 - seq)"))
+    with engine.connect() as conn:
+        assert [e["seq"] for e in audit.events(conn, since="2030")] == [1, 2, 3, 4]
+
+
+def test_a_gap_of_several_events_is_named_with_the_verdict_before_it(db_url: str) -> None:
+    engine = db.connect(db_url)
+    fill(engine, 8)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM audit_events WHERE seq BETWEEN 4 AND 6"))
+        third = conn.execute(text("SELECT hash FROM audit_events WHERE seq = 3")).scalar_one()
+    verdict = audit.verify(engine)
+    assert verdict == audit.Verdict(False, 3, third, "events 4-6 deleted (found 7 next)", 4)
+
+
+def test_the_verdict_on_an_edit_or_a_break_keeps_the_last_good_head(db_url: str) -> None:
+    engine = db.connect(db_url)
+    fill(engine, 5)
+    with engine.begin() as conn:
+        second = conn.execute(text("SELECT hash FROM audit_events WHERE seq = 2")).scalar_one()
+        conn.execute(text("UPDATE audit_events SET actor = 'mallory' WHERE seq = 3"))
+    edited = audit.verify(engine)
+    assert (edited.ok, edited.events, edited.head) == (False, 2, second)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM audit_events WHERE seq >= 3"))
+        conn.execute(text("UPDATE audit_events SET prev_hash = :p WHERE seq = 2"),
+                     {"p": "f" * 64})
+    broken = audit.verify(engine)
+    assert broken.ok is False and (broken.events, broken.seq) == (1, 2)
+    assert broken.head != second and "was edited" in broken.problem
+
+
+def test_times_are_read_as_utc(sqlite_url: str) -> None:
+    assert audit.moment("2026-11-30T10:00:00Z") == "2026-11-30T10:00:00.000000Z"
+    assert audit.moment(" 2026-11-30T12:30:00.5+02:00 ") == "2026-11-30T10:30:00.500000Z"
+    assert audit.moment("2026-11-30") == "2026-11-30T00:00:00.000000Z"
+    with pytest.raises(ValueError):
+        audit.moment("yesterday")
+
+
+def test_the_previous_driver_version_is_the_last_change_that_changed(sqlite_url: str) -> None:
+    engine = db.connect(sqlite_url)
+    with engine.connect() as conn:
+        assert audit.previous_driver_version(conn) is None
+    finished: list[tuple[Kind, dict[str, Any]]] = [
+        (Kind.STEP_FINISHED, {"details": {"previous_version": "535.1"}}),
+        (Kind.STEP_FINISHED, {"details": {"previous_version": "550.54"}}),
+        (Kind.STEP_FINISHED, {"details": {"previous_version": "560.1"}, "changed": False}),
+        (Kind.REQUESTED, {"details": {"previous_version": "999"}}),
+        (Kind.STEP_FINISHED, {"details": {}, "note": "previous_version"}),
+    ]
+    with engine.begin() as conn:
+        for kind, data in finished:
+            audit.append(conn, kind, "bot", data, execution_id=1)
+    with engine.connect() as conn:
+        assert audit.previous_driver_version(conn) == "550.54"
+
+
+def test_a_long_export_is_counted_across_its_pieces(sqlite_url: str) -> None:
+    engine = db.connect(sqlite_url)
+    with engine.begin() as conn:
+        for number in range(40):
+            audit.append(conn, Kind.REQUESTED, "alice", {"n": number, "pad": "x" * 4000})
+    with engine.connect() as conn:
+        out = io.StringIO()
+        assert audit.export(audit.events(conn), out, "jsonl") == 40
+        assert [json.loads(line)["data"]["n"] for line in out.getvalue().splitlines()] == (
+            list(range(40)))
+
+
+def test_a_piece_ends_as_soon_as_it_holds_64_kib() -> None:
+    """A row that fills the buffer to exactly 65536 characters ends a piece of its own."""
+    row = {"data": "x" * (65536 - len('{"data":""}\n'))}
+    assert len(canonical(row) + "\n") == 65536
+    pieces = list(audit.lines(iter([row, {"data": "y"}]), "jsonl"))
+    assert pieces == [(canonical(row) + "\n", 1), ('{"data":"y"}\n', 1)]
+    assert list(audit.lines(iter([]), "jsonl")) == []
+
+
+def test_an_empty_csv_export_still_has_its_header() -> None:
+    out = io.StringIO()
+    assert audit.export(iter([]), out, "csv") == 0
+    assert out.getvalue().strip() == ",".join(audit.EXPORT_FIELDS)
 
 
 @pytest.mark.postgres

@@ -97,6 +97,75 @@ def test_a_damaged_checkpoint_file_is_named(sqlite_url: str, tmp_path: Path,
         checkpoints.check(db.connect(sqlite_url), tmp_path / "missing")
 
 
+def test_checkpoints_of_an_archived_log(sqlite_url: str, tmp_path: Path) -> None:
+    """After an archive: a checkpoint of the empty log or inside the archive is passed over,
+    one at the archive's head is checked against the archive's head hash, one at the first
+    event still in the table against that event."""
+    from bot.store import archive
+
+    engine = db.connect(sqlite_url)
+    file = tmp_path / "cp"
+    checkpoints.record(engine, file)  # seq 0
+    fill(engine, 3)
+    checkpoints.record(engine, file)  # seq 3, inside the archive
+    fill(engine, 2)
+    checkpoints.record(engine, file)  # seq 5, the archive's head
+    archive.archive(engine, checkpoints.read(file)[-1].ts, tmp_path / "a.jsonl", "auditor")
+    checkpoints.record(engine, file)  # seq 6, the archive's own event
+    points = checkpoints.read(file)
+    assert [p.seq for p in points] == [0, 3, 5, 6]
+    assert checkpoints.check(engine, file) == (4, [])
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE audit_archives SET head_hash = :h"), {"h": "e" * 64})
+        conn.execute(text("UPDATE audit_events SET hash = :h WHERE seq = 6"), {"h": "d" * 64})
+    assert checkpoints.check(engine, file)[1] == [
+        f"event 5 is not the one the checkpoint of {points[2].ts} saw (hash "
+        f"{points[2].hash[:12]}…, now {'e' * 12}…): the log was written again from there",
+        f"event 6 is not the one the checkpoint of {points[3].ts} saw (hash "
+        f"{points[3].hash[:12]}…, now {'d' * 12}…): the log was written again from there"]
+
+
+def test_reading_checkpoints(tmp_path: Path) -> None:
+    """Blank lines are passed over (not the end), a line may hold more than the three fields,
+    and a bad line is named with the form a checkpoint has."""
+    file = tmp_path / "cp"
+    file.write_text('\n{"seq": 1, "hash": "a", "ts": "t1"}\n\n'
+                    'bot: {"seq": 2, "hash": "b", "ts": "t2", "by": {"replica": "r1"}} (ok)\n')
+    assert checkpoints.read(file) == [checkpoints.Checkpoint(1, "a", "t1"),
+                                      checkpoints.Checkpoint(2, "b", "t2")]
+    file.write_text('{"seq": 1, "hash": "a", "ts": "t1"}\n{"seq": 2}\n')
+    with pytest.raises(checkpoints.CheckpointError) as caught:
+        checkpoints.read(file)
+    assert str(caught.value) == (
+        f'{file}, line 2: not a checkpoint ({{"seq": N, "hash": "...", "ts": "..."}})')
+
+
+def test_a_checkpoint_file_that_cannot_be_read_says_why(tmp_path: Path) -> None:
+    file = tmp_path / "cp"
+    file.write_bytes(b'{"seq": 1, "hash": "\xff", "ts": "t"}\n')
+    with pytest.raises(checkpoints.CheckpointError) as caught:
+        checkpoints.read(file)
+    assert str(caught.value) == f"cannot read the audit checkpoint file {file}: not text"
+    with pytest.raises(checkpoints.CheckpointError) as caught:
+        checkpoints.read(tmp_path)
+    assert str(caught.value) == (
+        f"cannot read the audit checkpoint file {tmp_path}: Is a directory")
+
+
+def test_recording_makes_the_folders_or_says_why_it_cannot(sqlite_url: str,
+                                                            tmp_path: Path) -> None:
+    engine = db.connect(sqlite_url)
+    fill(engine, 1)
+    deep = tmp_path / "a" / "b" / "cp"
+    point = checkpoints.record(engine, deep)
+    assert point is not None and checkpoints.read(deep) == [point]
+    (tmp_path / "plain").write_text("")
+    with pytest.raises(checkpoints.CheckpointError) as caught:
+        checkpoints.record(engine, tmp_path / "plain" / "cp")
+    assert str(caught.value) == (
+        f"cannot write the audit checkpoint file {tmp_path / 'plain' / 'cp'}: File exists")
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     code = cli.main(list(args))
     captured = capsys.readouterr()
