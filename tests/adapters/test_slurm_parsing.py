@@ -177,6 +177,48 @@ def test_compress_refuses_bad_names() -> None:
         compress([])
 
 
+def refusal(expression: str) -> str:
+    with pytest.raises(ValueError) as caught:
+        expand(expression)
+    return str(caught.value)
+
+
+def test_refusals_name_the_characters_and_what_to_write() -> None:
+    assert refusal(" ") == "empty hostlist: give node names like gpu07 or gpu[01-04,07]"
+    allowed = "only letters, digits, '.', '_', '-', brackets, commas and ranges are allowed"
+    assert refusal("GPU07;rm -rf /") == f"hostlist 'GPU07;rm -rf /' contains ' /;': {allowed}"
+    many = "a!@#$%^&*(){}"  # twelve characters that are not allowed: the first ten are named
+    assert refusal(many) == f"hostlist {many!r} contains {'!#$%&()*@^'!r}: {allowed}"
+    assert refusal("gpu[1-x]") == "hostlist 'gpu[1-x]': '1-x' is not a number or a range like 01-04"
+
+
+def test_long_expressions_are_cut_short_in_messages() -> None:
+    sixty = "g" * 59 + ";"
+    assert refusal(sixty).startswith(f"hostlist {sixty!r} contains ';'")
+    longer = "g" * 60 + ";"
+    assert refusal(longer).startswith(f"hostlist {'g' * 57 + '...'!r} contains ';'")
+
+
+def test_a_number_of_63_digits_is_a_name() -> None:
+    number = "1" + "0" * 62
+    assert expand(f"gpu[{number}]") == [f"gpu{number}"]
+
+
+def test_too_many_keeps_the_expression() -> None:
+    with pytest.raises(TooMany) as caught:
+        expand("gpu[1-9]", limit=2)
+    assert caught.value.expression == "gpu[1-9]"
+
+
+def test_compress_groups_unpadded_numbers_of_one_and_more_digits() -> None:
+    """A one-digit 0 is not zero padding: gpu0, gpu5 and gpu10 are one range of width 0."""
+    assert compress(["gpu0", "gpu5", "gpu10"]) == "gpu[0,5,10]"
+    assert compress(["login", "login", "gpu1"]) == "login,gpu1"
+    with pytest.raises(ValueError) as caught:
+        compress([])
+    assert str(caught.value) == "cannot compress an empty list of node names"
+
+
 # -- parsing: 22.05 (recorded from the lab) -----------------------------------------------
 
 
