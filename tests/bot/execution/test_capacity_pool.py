@@ -4,6 +4,9 @@ is no free capacity of the Kubernetes pool, even when nobody cordoned it."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -15,6 +18,7 @@ from bot.config_remediation import PoolsConfig
 from bot.execution.checks.capacity import CapacityEvaluator
 from bot.execution.planning import PlannedCheck
 from bot.runbooks.inventory import InventorySources, Seen, build
+from bot.runbooks.params import Inventory
 
 POOL = PoolsConfig().label
 
@@ -220,3 +224,124 @@ def test_a_kubernetes_api_that_fails_fails_the_guard() -> None:
     outcome = evaluator(slurm, kubernetes)(check(pool_of="gpu05", min_free_gpus_after=0), 1e12)
     assert not outcome.passed
     assert outcome.detail == "cannot count free GPUs: the API server answered 500"
+
+
+# --- what the guard says, and to whom it listens -------------------------------------------
+
+
+def test_nodes_out_of_service_are_named_with_why() -> None:
+    slurm, kubernetes = systems()
+    slurm.state["gpu01"] = replace(slurm.state["gpu01"], flags=frozenset({"NOT_RESPONDING"}))
+    slurm.state["gpu02"] = replace(slurm.state["gpu02"], flags=frozenset({"MAINTENANCE"}))
+    slurm.state["gpu03"] = replace(slurm.state["gpu03"], flags=frozenset({"RESERVED"}))
+    kubernetes.nodes["gpu05"] = replace(kubernetes.nodes["gpu05"], ready=False)
+    guard = evaluator(slurm, kubernetes)
+    outcome = guard(check(pool_of="gpu[01-03],gpu05", pool="slurm"), 1e12)
+    assert outcome.extra["pools"]["Slurm"]["already_out"] == {
+        "gpu01": "not responding", "gpu02": "reserved", "gpu03": "reserved",
+        "gpu05": "not in service"}  # gpu05 is no Slurm node at all
+    assert outcome.extra["floor"] == 0 and "(floor 0)" in outcome.detail
+    outcome = guard(check(pool_of="gpu04,gpu05", pool="kubernetes"), 1e12)
+    assert outcome.extra["pools"]["Kubernetes"]["already_out"] == {
+        "gpu04": "serving Slurm", "gpu05": "not ready"}
+
+
+def test_a_check_that_cannot_be_read_or_counted_fails_as_false() -> None:
+    slurm, kubernetes = systems()
+    guard = evaluator(slurm, kubernetes)
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"pool_of": "gpu[01"}, "pool_of: hostlist 'gpu[01': '[' is never closed"),
+        ({"pool_of": "gpu01", "min_free_gpus_after": "x"},
+         "min_free_gpus_after must be a whole number"),
+        ({"pool_of": "gpu01", "at_once": "x"}, "at_once must be a whole number"),
+        ({"pool_of": "gpu01", "at_once": 0}, "at_once must be at least 1"),
+        ({}, " is in no pool the bot can count GPUs of"),
+        ({"pool": "slurm", "whole_pool": True},
+         "every node of the slurm pool is in the slurm pool: slurm is not configured"),
+    ]
+    for spec, detail in cases:
+        unconfigured = CapacityEvaluator(guard._inventory_of, None, kubernetes)
+        outcome = (unconfigured if "whole_pool" in spec else guard)(check(**spec), 1e12)
+        assert (outcome.passed, outcome.value, outcome.detail) == (False, None, detail)
+    kubernetes.list_pods = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        KubernetesError("500"))
+    outcome = guard(check(pool_of="gpu05"), 1e12)
+    assert (outcome.passed, outcome.detail) == (False, "cannot count free GPUs: 500")
+
+
+def test_whole_pool_of_slurm_and_an_empty_at_once() -> None:
+    slurm, kubernetes = systems()
+    outcome = evaluator(slurm, kubernetes)(check(pool="slurm", whole_pool=True, at_once=""),
+                                           1e12)
+    assert outcome.extra["pools"]["Slurm"]["counted"] == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    assert outcome.value == 0
+
+
+def test_a_node_in_both_pools_is_judged_in_each_with_each_site_floor() -> None:
+    slurm, kubernetes = systems()
+    kubernetes.nodes["gpu04"] = replace(kubernetes.nodes["gpu04"], labels={})
+    kubernetes.pods = [pod("a", "gpu05", 2), pod("b", "gpu05", 3)]  # both count on gpu05
+    outcome = evaluator(slurm, kubernetes, PoolFloors(slurm=8, kubernetes=5))(
+        check(pool_of="gpu04", min_free_gpus_after=8), 1e12)
+    assert outcome.passed and outcome.value == 11
+    assert outcome.detail == (
+        "Slurm pool: 32 free GPUs now, 24 after taking gpu04 out (floor 8); "
+        "Kubernetes pool: 19 free GPUs now, 11 after taking gpu04 out (floor 8)")
+    strict = evaluator(slurm, kubernetes, PoolFloors(kubernetes=12))(
+        check(pool_of="gpu04", min_free_gpus_after=8), 1e12)
+    assert not strict.passed and strict.detail.endswith(
+        "11 after taking gpu04 out (floor 12, the site floor (guards.min_free_gpus.kubernetes);"
+        " the runbook asks for 8)")
+
+
+def test_at_once_as_large_as_the_nodes_in_service_takes_them_all() -> None:
+    slurm, kubernetes = systems()
+    slurm.update_nodes(["gpu03"], "DRAIN", "XID 79")
+    outcome = evaluator(slurm, kubernetes)(check(pool_of="gpu[01-03]", pool="slurm",
+                                                 at_once=2), 1e12)
+    assert outcome.detail == ("Slurm pool: 24 free GPUs now, 8 after taking gpu[01-02] "
+                              "(2 nodes) out; already out, costing nothing: gpu03 (drained) "
+                              "(floor 0)")
+
+
+def test_nodes_are_counted_by_their_names_in_each_system_and_the_selector() -> None:
+    slurm = FakeSlurm(["s-gpu01", "s-gpu02"])
+    kubernetes = FakeKubernetes(["k-gpu01", "k-gpu02", "other"])
+    for name, node in kubernetes.nodes.items():
+        labels = {"gpu": "yes"} if name != "other" else {}
+        kubernetes.nodes[name] = replace(node, gpus_allocatable=8, labels=labels)
+    inventory = Inventory(frozenset({"gpu01", "gpu02"}), frozenset({"gpu01", "gpu02"}),
+                          frozenset({"gpu01", "gpu02"}),
+                          {"slurm": {"gpu01": "s-gpu01", "gpu02": "s-gpu02"},
+                           "kubernetes": {"gpu01": "k-gpu01", "gpu02": "k-gpu02"}})
+    guard = CapacityEvaluator(inventory, slurm, kubernetes, "gpu=yes", pools=PoolsConfig())
+    outcome = guard(check(pool_of="gpu01"), 1e12)
+    assert outcome.extra["pools"]["Slurm"] == {
+        "now": 16, "after": 8, "site_floor": 0, "counted": ["gpu01"], "already_out": {}}
+    assert outcome.extra["pools"]["Kubernetes"] == {
+        "now": 16, "after": 8, "site_floor": 0, "counted": ["gpu01"], "already_out": {}}
+
+
+class Bounded(FakeKubernetes):
+    """A Kubernetes backend whose requests end by a deadline: it records the ones it is given."""
+
+    def __init__(self, nodes: list[str]) -> None:
+        super().__init__(nodes)
+        self.bounds: list[float] = []
+
+    @contextmanager
+    def deadline(self, until: float) -> Iterator[None]:
+        self.bounds.append(until)
+        yield
+
+
+def test_the_kubernetes_count_ends_by_the_check_timeout_or_the_deadline() -> None:
+    slurm, _ = systems()
+    kubernetes = Bounded(["gpu05"])
+    kubernetes.nodes["gpu05"] = replace(kubernetes.nodes["gpu05"], gpus_allocatable=8)
+    guard = evaluator(slurm, kubernetes)
+    began = time.monotonic()
+    guard(check(pool_of="gpu05", pool="kubernetes"), 1e12)  # the check's 10 s timeout
+    guard(check(pool_of="gpu05", pool="kubernetes"), began + 2)  # the run's deadline first
+    assert began + 10 <= kubernetes.bounds[0] <= time.monotonic() + 10
+    assert kubernetes.bounds[1] == began + 2

@@ -206,3 +206,27 @@ def test_a_decision_keeps_its_reason_and_a_missing_execution_is_named(
             executions.get(conn, 999)
     assert reason == "wrong node"
     assert str(missing.value) == "there is no execution 999"
+
+
+def test_an_ending_that_expects_another_state_writes_nothing(make_bot: BotFactory) -> None:
+    """``finish`` with ``expect``: a request still waiting for approval is not ended by a
+    caller that expected it running (the default guard, not ended, would let it)."""
+    bot = _bot(make_bot)
+    execution_id = _create(bot.db, bot.plan("demo", {"node": "gpu01"}))
+    ex = bot.get(execution_id)
+    with bot.db.begin() as conn:
+        assert not executions.finish(conn, ex, State.FAILED, "bot", "late",
+                                     expect={"state": State.RUNNING})
+    assert bot.get(execution_id).state is State.AWAITING_APPROVAL
+    with bot.db.begin() as conn:
+        assert executions.finish(conn, ex, State.CANCELLED, "alice", "no",
+                                 expect={"state": State.AWAITING_APPROVAL})
+    assert bot.get(execution_id).state is State.CANCELLED
+
+
+def test_a_break_glass_request_is_stored_as_one(make_bot: BotFactory) -> None:
+    from dataclasses import replace
+
+    bot = _bot(make_bot)
+    plan = replace(bot.plan("demo", {"node": "gpu01"}), break_glass=True)
+    assert bot.get(_create(bot.db, plan)).break_glass is True
