@@ -77,7 +77,11 @@ def test_a_run_that_loses_its_locks_while_running_is_held_before_its_next_step(
     finally:
         engine.close()
     assert box["ex"].state == "held", box["ex"].error
-    assert "no longer holds its locks" in (box["ex"].error or "")
+    token = box["ex"].fencing_token
+    assert box["ex"].error == (
+        f"execution {execution_id} no longer holds its locks (fencing token {token}): another "
+        f"execution may be working on its nodes. Check them, then `runbook cancel "
+        f"{execution_id}`")
     assert ("test.record", "b") not in fakes.JOURNAL  # the next step never ran
 
 

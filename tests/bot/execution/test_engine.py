@@ -325,3 +325,266 @@ def test_engine_loop_drives_executions_side_by_side(make_bot: BotFactory) -> Non
     engine.close()
     assert not loop.is_alive()
     assert bot.get(first).state == "succeeded" and bot.get(second).state == "succeeded"
+
+
+# --- what the engine writes and says at start, on a new plan, on a takeover -----------------
+
+
+class Said:
+    """A reporter that keeps the engine's lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[int, str]] = []
+
+    def __call__(self, execution_id: int, line: str) -> None:
+        self.lines.append((execution_id, line))
+
+
+def logged(bot: Service, execution_id: int, kind: str) -> list[tuple[str, dict[str, Any]]]:
+    with bot.db.connect() as conn:
+        return [(e["actor"], e["data"]) for e in audit.events(conn, execution_id=execution_id)
+                if e["kind"] == kind]
+
+
+def test_a_start_is_logged_with_its_plan_its_approvals_and_its_engine(
+        make_bot: BotFactory) -> None:
+    bot = make_bot({"demo": runbook([record("a", "a")], risk="medium")})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
+    bot.approve(execution_id, "carol")
+    said = Said()
+    engine = Engine(bot, owner="engine-1", report=said, sleep=lambda s: None)
+    ex = engine.drive(execution_id)
+    engine.close()
+    assert ex.state == "succeeded"
+    assert logged(bot, execution_id, "started") == [("engine", {
+        "plan_hash": ex.plan_hash, "approved_by": ["carol"], "engine": "engine-1", "epoch": 1,
+        "version": "1.0.0", "content_hash": ex.content_hash})]
+    assert (execution_id, "started demo 1.0.0") in said.lines
+
+
+def test_a_run_whose_locks_were_taken_before_it_started_fails_having_run_nothing(
+        make_bot: BotFactory) -> None:
+    from bot.execution import locking
+    from bot.store.schema import locks
+
+    bot = make_bot({"demo": runbook([record("a", "a")])})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")  # approved at once
+    with bot.db.begin() as conn:  # its lock expired and another execution took it
+        conn.execute(locks.update().values(expires_at=0.0))
+        locking.acquire(conn, ["node:gpu01"], 999, "bob", 2e9, time.time())
+    engine = Engine(bot, sleep=lambda s: None)
+    ex = engine.drive(execution_id)
+    engine.close()
+    assert (ex.state, ex.error) == ("failed", "it lost its locks before it started (they "
+                                    "expired and another execution took them); nothing was "
+                                    "run: request it again")
+    assert fakes.JOURNAL == []
+
+
+def drive_with_plan(bot: Service, monkeypatch: pytest.MonkeyPatch, execution_id: int,
+                    **changed: Any) -> tuple[Any, Any, Said]:
+    """Drive with the plan made at start changed as given (the facts moved since the
+    request); returns (the plan before, the execution after, what the engine said)."""
+    from dataclasses import replace
+
+    before = bot.get(execution_id).plan
+    monkeypatch.setattr(bot, "replan", lambda ex: replace(ex.plan, **changed))
+    said = Said()
+    engine = Engine(bot, report=said, sleep=lambda s: None)
+    ex = engine.drive(execution_id, wait_for_approval=False)
+    engine.close()
+    return before, ex, said
+
+
+def test_a_plan_that_now_needs_other_locks_fails_having_run_nothing(
+        make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from bot.execution.engine import plan_changes
+
+    bot = make_bot({"demo": runbook([record("a", "a")])})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
+    before, ex, _ = drive_with_plan(bot, monkeypatch, execution_id, hash="f" * 64,
+                                    locks=["node:gpu01", "site"])
+    assert (ex.state, ex.error) == ("failed", "the plan now needs other locks (node:gpu01, "
+                                    "site); nothing was run: request it again")
+    _, data = logged(bot, execution_id, "finished")[0]
+    assert data["changes"] == plan_changes(before, replace(before, locks=["node:gpu01", "site"]))
+    assert data["changes"] == ["locks: node:gpu01 -> node:gpu01, site"]
+    assert fakes.JOURNAL == []
+
+
+def test_a_new_plan_needing_no_approval_is_logged_and_run(
+        make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    bot = make_bot({"demo": runbook([record("a", "a")])})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
+    before, ex, _ = drive_with_plan(bot, monkeypatch, execution_id, hash="f" * 64)
+    assert ex.state == "succeeded" and ex.plan_hash == "f" * 64
+    assert logged(bot, execution_id, "replanned") == [("engine", {
+        "old_plan_hash": before.hash, "new_plan_hash": "f" * 64,
+        "changes": ["the plan's details changed (same operations)"],
+        "why": "the plan made at start differs; its policy needs no approval"})]
+
+
+def test_a_new_plan_needing_approval_voids_the_old_one_and_asks_again(
+        make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    bot = make_bot({"demo": runbook([record("a", "a")], risk="medium")})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
+    bot.approve(execution_id, "carol")
+    asked = time.time()
+    before, ex, said = drive_with_plan(bot, monkeypatch, execution_id, hash="f" * 64)
+    assert ex.state == "awaiting_approval" and ex.plan_hash == "f" * 64
+    assert ex.approvals_required == 1 and ex.approval_deadline is not None
+    expires = before.approval.expires_seconds
+    assert asked + expires <= ex.approval_deadline <= time.time() + expires
+    what = "the plan's details changed (same operations)"
+    assert logged(bot, execution_id, "approval_voided") == [("engine", {
+        "approved_plan_hash": before.hash, "new_plan_hash": "f" * 64, "required": 1,
+        "what": what, "why": "the plan to run is not the approved one: approve the new plan"})]
+    assert said.lines == [(execution_id, f"the plan changed since it was approved ({what}): "
+                                         "asking for approval again")]
+    assert fakes.JOURNAL == []
+
+
+def test_a_takeover_is_logged_with_the_step_under_way(make_bot: BotFactory) -> None:
+    bot = make_bot({"demo": runbook([record("a", "a"), record("b", "b")])})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
+    dead = Engine(bot, owner="dead-engine")
+    claim = dead._claim(execution_id)
+    assert claim is not None
+    dead._start(claim, dead._load(execution_id))
+    with bot.db.begin() as conn:  # a was running when the process vanished
+        executions.save_step(conn, execution_id, "do", "a", 0, state="running", attempt=1)
+        executions.set_fields(conn, execution_id, stage="steps", lease_until=time.time() - 1)
+    dead.close()
+    said = Said()
+    survivor = Engine(bot, report=said, sleep=lambda s: None)
+    assert survivor.drive(execution_id).state == "succeeded"
+    survivor.close()
+    assert logged(bot, execution_id, "resumed") == [("engine", {
+        "stage": "steps", "previous_engine": "dead-engine", "step_under_way": "a"})]
+    assert (execution_id, "resuming after engine dead-engine stopped (stage steps)") in (
+        said.lines)
+
+
+def test_a_step_under_way_that_is_not_idempotent_is_held_then_resumed_on_request(
+        make_bot: BotFactory) -> None:
+    bot = make_bot({"demo": runbook([record("a", "a", idempotent=False)])})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
+    dead = Engine(bot, owner="dead-engine")
+    claim = dead._claim(execution_id)
+    assert claim is not None
+    dead._start(claim, dead._load(execution_id))
+    with bot.db.begin() as conn:
+        executions.save_step(conn, execution_id, "do", "a", 0, state="running", attempt=1)
+        executions.set_fields(conn, execution_id, stage="steps", lease_until=time.time() - 1)
+    dead.close()
+    said = Said()
+    survivor = Engine(bot, report=said, sleep=lambda s: None)
+    held = survivor.drive(execution_id)
+    why = (f"step a (test.record) was under way when the engine driving it (dead-engine) "
+           f"stopped, and it is not idempotent: check what it did, then `runbook resume "
+           f"{execution_id}` to run it again or `runbook cancel {execution_id}` to undo")
+    assert (held.state, held.error) == ("held", why)
+    assert logged(bot, execution_id, "held") == [("engine", {"why": why})]
+    assert (execution_id, f"held for a person: {why}") in said.lines
+    bot.resume(execution_id, "alice")
+    resumed = survivor.drive(execution_id)
+    survivor.close()
+    assert resumed.state == "succeeded" and not resumed.resume_requested
+    assert ("engine", {"stage": "steps", "by": "request"}) in logged(bot, execution_id,
+                                                                     "resumed")
+    assert (execution_id, "resumed at stage steps") in said.lines
+
+
+def test_a_claim_not_renewed_for_most_of_a_lease_is_given_up_saying_why(
+        make_bot: BotFactory) -> None:
+    from bot.execution.engine import STALE_SHARE, Claim
+
+    bot = make_bot({"demo": runbook([record("a", "a")])}, engine={"lease_seconds": 10.0})
+    engine = Engine(bot)
+    fresh = Claim(1, 1, None, None, renewed=time.monotonic() - 10.0 * STALE_SHARE + 1)
+    engine._check_stale(fresh, "database is locked")
+    assert not fresh.lost.is_set()
+    stale = Claim(1, 1, None, None, renewed=time.monotonic() - 10.0 * STALE_SHARE - 0.4)
+    engine._check_stale(stale, "x" * 300)
+    assert stale.reason == f"could not renew its lease for 6s ({'x' * 200})"
+    quiet = Claim(1, 1, None, None, renewed=time.monotonic() - 7.0)
+    engine._check_stale(quiet)
+    assert quiet.reason == "could not renew its lease for 7s"
+    engine.close()
+
+
+def test_a_run_that_cannot_be_planned_again_fails_saying_why(
+        make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kit.errors import Refused
+
+    bot = make_bot({"demo": runbook([record("a", "a")])})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
+
+    def refused(ex: Any) -> Any:
+        raise Refused("demo 1.0.0 is no longer loaded")
+
+    monkeypatch.setattr(bot, "replan", refused)
+    ex = run_again(bot, execution_id)
+    assert (ex.state, ex.error) == ("failed", "cannot plan again: demo 1.0.0 is no longer loaded")
+    assert fakes.JOURNAL == []
+
+
+def run_again(bot: Service, execution_id: int) -> Any:
+    engine = Engine(bot, sleep=lambda s: None)
+    try:
+        return engine.drive(execution_id)
+    finally:
+        engine.close()
+
+
+def test_the_boundary_between_steps_stops_holds_or_reports_a_cancel(
+        make_bot: BotFactory) -> None:
+    from bot.execution.engine import _Hold, _Stop
+    from bot.store.schema import locks
+
+    bot = make_bot({"demo": runbook([record("a", "a")])})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
+    engine = Engine(bot, sleep=lambda s: None)
+    claim = engine._claim(execution_id)
+    assert claim is not None
+    ex = engine._load(execution_id)
+    try:
+        assert engine._boundary(claim, ex) is False
+        with bot.db.begin() as conn:
+            executions.set_fields(conn, execution_id, cancel_requested=True)
+        assert engine._boundary(claim, ex) is True
+        with bot.db.begin() as conn:
+            conn.execute(locks.delete())
+        assert engine._boundary(claim, ex, cancelling=True) is True  # undoing: goes on
+        with pytest.raises(_Hold, match=rf"^execution {execution_id} no longer holds"):
+            engine._boundary(claim, ex)
+        engine._handing_over.set()
+        with pytest.raises(_Stop) as handing:
+            engine._boundary(claim, ex)
+        assert str(handing.value) == (
+            f"execution {execution_id}: this engine stopped (no longer the leader, or shutting "
+            "down); another engine resumes it here")
+        claim.lose("another engine claimed it")
+        with pytest.raises(_Stop) as lost:
+            engine._boundary(claim, ex)
+        assert str(lost.value) == f"execution {execution_id}: another engine claimed it"
+    finally:
+        engine.close()
+
+
+def test_an_engine_that_lost_the_execution_holds_nothing_and_says_it_stopped(
+        make_bot: BotFactory) -> None:
+    bot = make_bot({"demo": runbook([record("a", "a")])})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
+    said = Said()
+    engine = Engine(bot, report=said, sleep=lambda s: None)
+    claim = engine._claim(execution_id)
+    assert claim is not None
+    claim.lose("another engine claimed it")
+    engine._hold(claim, "a reason")
+    engine.close()
+    assert bot.get(execution_id).state == "approved" and not logged(bot, execution_id, "held")
+    assert said.lines == [(execution_id, f"stopped driving: execution {execution_id}: "
+                                         "another engine claimed it")]

@@ -205,6 +205,7 @@ def test_a_plan_that_now_needs_approval_is_asked_never_run(make_bot: BotFactory)
     ex = engine.drive(execution_id, wait_for_approval=False)
     assert ex.state == "awaiting_approval"
     assert ex.plan.approval.required == 1 and ex.plan.outside_window
+    assert ex.approvals_required == 1  # the row asks for the new plan's approvals too
     assert fakes.JOURNAL == []
     voided = next(e for e in events(bot, execution_id) if e["kind"] == "approval_voided")
     assert "outside_window" in voided["data"]["what"]
