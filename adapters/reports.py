@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Protocol
 from pydantic import Field
 
 from adapters.actions import ActionContext, ActionError, ActionResult, Seconds, StrictArguments
+from adapters.prometheus.template import build
 from adapters.registry import Adapter, Built
 from adapters.slurm.backend import SlurmBackend
 from adapters.slurm.config import SlurmConfig
@@ -70,7 +71,8 @@ class GpuUsageReportAction:
         self._clock = clock
 
     def _query(self, args: GpuUsageArguments) -> str:
-        return f"max_over_time({UTIL_METRIC}[{_promql_duration(args.idle_for)}])"
+        return build(f"max_over_time({UTIL_METRIC}[$window])",
+                     window=_promql_duration(args.idle_for))
 
     def plan(self, args: GpuUsageArguments) -> list[str]:
         lines = [

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from adapters.drift.judging import Gpu
 from adapters.kubernetes.backend import KubernetesBackend, KubernetesNotFound
+from adapters.prometheus.promql import selector
 
 if TYPE_CHECKING:
     from adapters.slurm.daemons import DaemonReads
@@ -39,7 +40,7 @@ def labels_query(metric: str) -> str:
     """Each GPU's series with the time of its last sample as the value: when a label changed
     (a new driver), the old series stays visible for Prometheus' lookback unless a scrape
     marked it stale (not across a Prometheus restart), so the newest one is the GPU's."""
-    return f"timestamp({metric})"
+    return f"timestamp({selector(metric)})"  # selector refuses what is not a metric name
 
 
 def dcgm_gpus(samples: list[Any]) -> dict[str, list[Gpu]]:

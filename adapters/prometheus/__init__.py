@@ -2,7 +2,7 @@
 and the ``prom.wait`` action.
 
     backend = PrometheusApiBackend(PrometheusConfig(url="http://prometheus:9090"))
-    backend.query(f'DCGM_FI_DEV_GPU_TEMP{{hostname="{escape_label_value(node)}"}}')
+    backend.query(build('DCGM_FI_DEV_GPU_TEMP{hostname="$node"}', node=node))  # template.py
 """
 
 from typing import TYPE_CHECKING

@@ -35,12 +35,14 @@ from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.identity import GpuIdentityAction
 from adapters.prometheus.promql import Expectation
 from adapters.prometheus.soak import ErrorsHoldAction
+from adapters.prometheus.template import QUERY
 from adapters.prometheus.verdict import judge, listing
 from kit.durations import format_duration
 
 
 class WaitArguments(StrictArguments):
-    query: str = Field(min_length=1, max_length=10_000, description="a PromQL instant query")
+    query: str = Field(min_length=1, max_length=10_000, description="a PromQL instant query",
+                       json_schema_extra=QUERY)  # rendered by the rule of template.py
     expect: str = Field(description='a comparison every series must satisfy: "== 0", "< 5"')
     timeout: Seconds = Field(default=300.0, le=86_400,
                              description="seconds (or like 10m) to wait at most")

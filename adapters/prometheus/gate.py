@@ -13,8 +13,8 @@ from typing import Any
 
 from adapters.actions import ActionContext, ActionError
 from adapters.prometheus.backend import PrometheusBackend, PrometheusError
-from adapters.prometheus.promql import escape_label_value
 from adapters.prometheus.soak import HOST_LABELS, ErrorWatch
+from adapters.prometheus.template import build
 from kit.durations import format_duration
 
 DEFAULT_SETTLE = 120.0  # seconds a node's GPUs are watched (prometheus.gpu_settle)
@@ -77,8 +77,8 @@ class GpuGate:
 
     def presence(self) -> str | None:
         """What is missing, or None when every expected GPU reports."""
-        host = escape_label_value(self.node)
-        query = " or ".join(f'{PRESENCE}{{{label}="{host}"}}' for label in HOST_LABELS)
+        query = build(" or ".join(f'{PRESENCE}{{{label}="$node"}}' for label in HOST_LABELS),
+                      node=self.node)
         samples = self._ask("GPU series", lambda: self.backend.query(query, timeout=30))
         seen = sorted({int(s.labels["gpu"]) for s in samples if s.labels.get("gpu", "").isdigit()})
         if not seen:

@@ -24,8 +24,8 @@ from adapters.actions import (
 from adapters.prometheus.backend import PrometheusBackend, PrometheusError
 from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.gate import PRESENCE
-from adapters.prometheus.promql import escape_label_value
 from adapters.prometheus.soak import HOST_LABELS
+from adapters.prometheus.template import build
 from kit.durations import format_duration
 
 SERIAL_LABEL = "DCGM_FI_DEV_SERIAL"
@@ -47,11 +47,11 @@ def dcgm_identities(backend: PrometheusBackend, node: str, gpu: int,
                     lookback: float | None = None) -> list[GpuIdentity]:
     """The identities DCGM reports for GPU ``gpu`` of ``node`` now, or (``lookback``
     seconds) the last seen of each within that time: a GPU off the bus has no series now."""
-    host = escape_label_value(node)
     found: set[GpuIdentity] = set()
     for label in HOST_LABELS:
-        selector = f'{PRESENCE}{{{label}="{host}", gpu="{int(gpu)}"}}'
-        query = (f"last_over_time({selector}[{int(lookback)}s])" if lookback else selector)
+        selector = f'{PRESENCE}{{{label}="$node", gpu="$gpu"}}'
+        query = build(f"last_over_time({selector}[$window])" if lookback else selector,
+                      node=node, gpu=int(gpu), window=f"{int(lookback or 0)}s")
         for sample in backend.query(query, timeout=30):
             uuid = sample.labels.get("UUID", "")
             if uuid:

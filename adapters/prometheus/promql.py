@@ -1,7 +1,8 @@
 """Small PromQL helpers with no dependencies: escaping, selectors, expectations, series names.
 
-A value put into a query (a node name from a chat message, a label from an alert) always
-goes through ``escape_label_value``; nothing here talks to Prometheus.
+A value put into a query (a node name from a chat message, a label from an alert) goes in
+through template.py (``build``, a runbook's query template), which escapes it with
+``escape_label_value`` and proves the query's structure; nothing here talks to Prometheus.
 """
 
 from __future__ import annotations

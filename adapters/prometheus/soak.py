@@ -24,7 +24,8 @@ from adapters.actions import (
 )
 from adapters.prometheus.backend import PrometheusBackend, PrometheusError, Sample
 from adapters.prometheus.config import PrometheusConfig
-from adapters.prometheus.promql import escape_label_value, format_value, series_text
+from adapters.prometheus.promql import format_value, series_text
+from adapters.prometheus.template import build
 from adapters.slurm import hostlist
 from kit.durations import format_duration
 
@@ -66,9 +67,9 @@ class ErrorWatch:
 
     def query(self) -> str:
         names = "|".join(self.metrics)
-        hosts = escape_label_value("|".join(re.escape(n) for n in self.nodes))
-        return " or ".join(f'{{__name__=~"{names}", {label}=~"{hosts}"}}'
-                           for label in HOST_LABELS)
+        hosts = "|".join(re.escape(n) for n in self.nodes)
+        return build(" or ".join(f'{{__name__=~"$names", {label}=~"$hosts"}}'
+                                 for label in HOST_LABELS), names=names, hosts=hosts)
 
     def _read(self) -> tuple[list[Sample], list[str]]:
         try:

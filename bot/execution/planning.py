@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from adapters.actions import ActionError
-from adapters.prometheus.promql import escape_label_value
+from adapters.prometheus.template import query_arguments
 from adapters.slurm import hostlist
 from bot.config import Config
 from bot.execution import capacity_guard
@@ -301,7 +301,10 @@ def _plan_call(
         action = catalogue.get(action_name)
     except NotConfigured as exc:
         raise PlanError(f"step {step_id}: {exc}") from exc
-    rendered = templating.render(dict(raw), context)
+    queries = query_arguments(action.Arguments)  # PromQL templates: one rule, as for checks
+    rendered = {key: templating.render_query(value, context)
+                if key in queries and isinstance(value, str) else templating.render(value, context)
+                for key, value in raw.items()}
     try:
         args = action.Arguments.model_validate(rendered)
     except ValidationError as exc:
@@ -374,10 +377,13 @@ def _idempotent(step: Any, catalogue: Catalogue) -> bool:
 def _plan_check(check: CheckSpec, context: Mapping[str, Any]) -> PlannedCheck:
     kind = check.kind
     skipped = check.when is not None and not templating.condition(check.when, context)
-    if kind == "promql":  # parameters land inside label matchers: escape them for PromQL
-        context = {k: escape_label_value(v) if isinstance(v, str) else v
-                   for k, v in context.items()}
-    spec = {kind: None if skipped else templating.render(getattr(check, kind), context)}
+    source = getattr(check, kind)
+    if skipped:
+        spec: dict[str, Any] = {kind: None}
+    elif kind == "promql":  # values only as label values or numbers (adapters/prometheus/template)
+        spec = {kind: templating.render_query(source, context)}
+    else:
+        spec = {kind: templating.render(source, context)}
     if check.include_silenced is False:  # only when said: other plans keep their hash
         spec["include_silenced"] = False
     return PlannedCheck(

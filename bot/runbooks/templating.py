@@ -4,7 +4,8 @@
 ``variables()`` lets the loader refuse a template that names anything but the
 runbook's parameters and the inventory facts. A template that is exactly one
 expression (``"{{ timeout }}"``) yields the value itself, not its text, so an
-integer stays an integer on its way to an action.
+integer stays an integer on its way to an action. ``render_query`` renders PromQL templates
+under the one rule of adapters/prometheus/template.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from jinja2 import StrictUndefined, TemplateError, Undefined, meta
 from jinja2.sandbox import SandboxedEnvironment
 
+from adapters.prometheus.template import QueryShapeError, place, seal
 from adapters.slurm import hostlist
 
 # Inventory facts a template may use: the pools (sets of the bot's node names) and each
@@ -34,6 +36,9 @@ class TemplateProblem(Exception):
 
 
 _env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+# PromQL templates: every {{ }} goes through place (escaped, marked), the result through seal
+_query_env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False,
+                                  keep_trailing_newline=True, finalize=place)
 
 
 def in_pool(nodes: str, pool: Collection[str], names: Mapping[str, str]) -> str:
@@ -58,6 +63,7 @@ def name_map(nodes: str | Collection[str], pool: Collection[str], names: Mapping
 
 
 _env.filters["name_map"] = name_map
+_query_env.filters.update(in_pool=in_pool, name_map=name_map)
 
 
 def is_template(text: str) -> bool:
@@ -80,6 +86,20 @@ def _expression(source: str) -> Any:
 @lru_cache(maxsize=4096)
 def _template(source: str) -> Any:
     return _env.from_string(source)
+
+
+@lru_cache(maxsize=1024)
+def _query_template(source: str) -> Any:
+    return _query_env.from_string(source)
+
+
+def render_query(text: str, context: Mapping[str, Any]) -> str:
+    """A PromQL template (a ``promql:`` check, a step's query argument) rendered so that
+    every value is a label value or a number: the query's structure is the template's."""
+    try:
+        return seal(_query_template(text).render(**context))
+    except (TemplateError, QueryShapeError) as exc:
+        raise TemplateProblem(f"query {text!r}: {exc}") from exc
 
 
 def render(value: Any, context: Mapping[str, Any]) -> Any:

@@ -167,14 +167,15 @@ def _gpus(bot: NodeSources, views: dict[str, NodeView]) -> None:
     backend = bot.backends.get("prometheus")
     if backend is None:
         return
-    from adapters.prometheus import escape_label_value
+    from adapters.prometheus.template import build as build_query
 
     names = bot.inventory.facts()["dcgm_name"]
     dcgm = {names[n]: n for n in views}
-    pattern = "|".join(escape_label_value(h) for h in sorted(dcgm))
     key_of = {metric: key for key, metric in GPU_METRICS.items()}
     try:  # ONE query: the four metrics of every GPU of every node asked about
-        samples = backend.query(f'{{__name__=~"{"|".join(key_of)}",Hostname=~"{pattern}"}}')
+        samples = backend.query(build_query(
+            '{__name__=~"$metrics",Hostname=~"$hosts"}', metrics="|".join(key_of),
+            hosts="|".join(re.escape(h) for h in sorted(dcgm))))  # names as regexes: escaped
     except ActionError as exc:
         for view in views.values():
             view.problems.append(f"Prometheus: {exc}")
