@@ -363,7 +363,7 @@ class Service:
         plan = self.plan(name, raw, break_glass=break_glass)
         if extras.warning:  # shown to the approvers with the plan, not part of its hash
             plan = dataclasses.replace(plan, warnings=[*plan.warnings, extras.warning])
-        problem = unapprovable(plan.approval, name)
+        problem = unapprovable(plan.approval, name, user)
         if problem is not None:
             raise Refused(problem)
         now = time.time()

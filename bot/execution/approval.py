@@ -12,14 +12,30 @@ from bot.execution.planning import ApprovalPolicy
 NOBODY_FIX = "set approvers: in the configuration or approval.approvers in the runbook"
 
 
-def unapprovable(policy: ApprovalPolicy, runbook: str) -> str | None:
+def unapprovable(policy: ApprovalPolicy, runbook: str,
+                 requester: str | None = None) -> str | None:
     """Why no request of ``runbook`` under ``policy`` could ever be approved, or None: it
     needs approvals and names no approver (the configuration's ``approvers`` default to
-    nobody). Refused when it is asked for, rather than left waiting until it expires."""
-    if policy.required == 0 or policy.approvers:
+    nobody), or names only people (``user:``) and fewer of them than it needs (the
+    ``requester`` not counted unless the policy allows self-approval). Refused when it is
+    asked for, rather than left waiting until it expires."""
+    if policy.required == 0:
         return None
     needs = "1 approval" if policy.required == 1 else f"{policy.required} approvals"
-    return f"{runbook} needs {needs} but nobody may approve it: {NOBODY_FIX}"
+    if not policy.approvers:
+        return f"{runbook} needs {needs} but nobody may approve it: {NOBODY_FIX}"
+    if not all(p.startswith("user:") for p in policy.approvers):
+        return None  # "*" or a group: how many may approve is not known here
+    named = {p.removeprefix("user:") for p in policy.approvers}
+    if requester is not None and not policy.self_approval:
+        named.discard(requester)
+    if len(named) >= policy.required:
+        return None
+    who = ", ".join(sorted(named)) or "nobody"
+    return (f"{runbook} needs {needs} but only {len(named)} person(s) may give one ({who}"
+            + (f"; {requester} asked and may not approve it" if requester in
+               {p.removeprefix("user:") for p in policy.approvers} else "")
+            + f"): {NOBODY_FIX}")
 
 
 def approval_problem(config: Config, policy: ApprovalPolicy, runbook: str, approver: str,

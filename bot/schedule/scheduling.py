@@ -274,7 +274,7 @@ def _add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, cron: st
     if runbook in ("open-window", "close-window"):
         raise Refused(f"{runbook} is run by maintenance windows: use `window create`")
     plan = bot.plan(runbook, raw)
-    problem = unapprovable(plan.approval, runbook)
+    problem = unapprovable(plan.approval, runbook, user)
     if problem is not None:  # every run it fires would be refused
         raise Refused(problem)
     now = now_iso()

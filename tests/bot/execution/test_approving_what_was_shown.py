@@ -67,3 +67,25 @@ def test_a_malformed_hash_is_refused_and_changes_nothing(make_bot: BotFactory,
     with pytest.raises(Refused, match="is not a plan hash"):
         bot.approve(execution_id, "carol", plan_hash=bad)
     assert bot.approvals(execution_id) == []
+
+
+def policy(required: int, approvers: list[str], **extra: object) -> dict[str, object]:
+    return {**RUNBOOK, "approval": {"required": required, "approvers": approvers,
+                                    "expires": "30m", **extra}}
+
+
+def test_a_request_fewer_named_people_could_approve_is_refused_at_once(
+        make_bot: BotFactory) -> None:
+    bot = make_bot({"drain": policy(2, ["user:carol", "user:dave"]),
+                    "three": {**policy(3, ["user:carol", "user:dave"]), "name": "three"},
+                    "own": {**policy(2, ["user:carol", "user:dave"], self_approval=True),
+                            "name": "own"},
+                    "group": {**policy(3, ["group:gpu-leads"]), "name": "group"}})
+    with pytest.raises(Refused, match=r"drain needs 2 approvals but only 1 person\(s\) may "
+                                      r"give one \(dave; carol asked and may not approve it\)"):
+        bot.request("drain", {"node": "gpu01"}, "carol")
+    with pytest.raises(Refused, match=r"three needs 3 approvals but only 2 person\(s\)"):
+        bot.request("three", {"node": "gpu01"}, "alice")
+    assert bot.request("drain", {"node": "gpu01"}, "alice")  # carol and dave: two
+    assert bot.request("own", {"node": "gpu02"}, "carol")  # she may approve her own
+    assert bot.request("group", {"node": "gpu03"}, "alice")  # a group: its size unknown here
