@@ -1,7 +1,8 @@
 """Retention: ``archive`` moves the events before a date out of the log into a file, checked
 before anything is deleted; the log then starts after them, chained to the archive's head
 hash (bot.store.audit.start), and an ``audit_archived`` event says where they went.
-``verify_file`` proves an archive file on its own.
+``verify_file`` proves an archive file on its own; ``read_proven`` also returns what the
+checkpoints need of it (bot.store.checkpoints proves archived events with it).
 """
 
 from __future__ import annotations
@@ -36,6 +37,16 @@ class Archived:
     file: Path
 
 
+@dataclass(frozen=True)
+class Contents:
+    """A proven archive file and what ``read_proven`` was asked to keep of it."""
+
+    archived: Archived
+    prev_hash: str  # the hash its first event is chained to
+    hashes: dict[int, str]  # of the positions asked for that it holds
+    records: list[tuple[int, str, dict[str, Any]]]  # its audit_archived events: seq, actor, data
+
+
 def archive(engine: Engine, before: str, out: Path, actor: str) -> Archived:
     """Move the events older than ``before`` (ISO time) into ``out``, which must not exist."""
     verdict = audit.verify(engine)
@@ -43,6 +54,7 @@ def archive(engine: Engine, before: str, out: Path, actor: str) -> Archived:
         raise ArchiveError(f"the audit log is broken ({verdict.problem}): nothing archived")
     if out.exists():
         raise ArchiveError(f"{out} exists: name a new file")
+    out = out.absolute()  # its audit_archived event names it wherever the check runs from
     with engine.connect() as conn:
         from_seq, prev = audit.start(conn)
         up_to = conn.execute(select(func.max(audit_events.c.seq))
@@ -99,6 +111,12 @@ def _write(out: Path, header: dict[str, Any], rows: Any) -> None:
 def verify_file(path: Path) -> Archived:
     """Prove an archive file: its events chain from its ``prev_hash`` to its ``head_hash``,
     every hash recomputed; ArchiveError naming the first line that does not."""
+    return read_proven(path).archived
+
+
+def read_proven(path: Path, positions: frozenset[int] = frozenset()) -> Contents:
+    """``verify_file``, keeping the hashes of ``positions`` and the audit_archived events the
+    file holds (the records of older archives)."""
     try:
         raw = path.read_bytes()
         lines = raw.decode("utf-8").splitlines()
@@ -107,20 +125,31 @@ def verify_file(path: Path) -> Archived:
         raise ArchiveError(f"{path} is not an audit archive: {exc}") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ArchiveError(f"{path} is not an audit archive (no {FORMAT!r} header)")
-    seq, prev = int(header["from_seq"]), str(header["prev_hash"])
+    try:
+        seq, prev = int(header["from_seq"]), str(header["prev_hash"])
+    except (KeyError, TypeError, ValueError):
+        raise ArchiveError(f"{path}: its header has no from_seq and prev_hash") from None
+    hashes: dict[int, str] = {}
+    records: list[tuple[int, str, dict[str, Any]]] = []
     for number, line in enumerate(lines[1:], 2):
         try:
             event = json.loads(line)
             digest = audit.event_hash(event["ts"], event["execution_id"], event["kind"],
                                       event["actor"], event["data"], event["prev_hash"])
+            record = json.loads(event["data"]) if event["kind"] == Kind.AUDIT_ARCHIVED else None
         except (ValueError, KeyError, TypeError):
             raise ArchiveError(f"{path}, line {number}: not an event") from None
         if event["seq"] != seq or event["prev_hash"] != prev or digest != event["hash"]:
             raise ArchiveError(f"{path}, line {number}: event {event['seq']} does not prove "
                                "itself (edited, missing or out of order)")
+        if seq in positions:
+            hashes[seq] = digest
+        if isinstance(record, dict):
+            records.append((seq, str(event["actor"]), record))
         seq, prev = seq + 1, digest
-    if (seq - 1, prev) != (header["up_to_seq"], header["head_hash"]):
+    if (seq - 1, prev) != (header.get("up_to_seq"), header.get("head_hash")):
         raise ArchiveError(f"{path} ends at event {seq - 1}, not at the "
-                           f"{header['up_to_seq']} its header says")
-    return Archived(int(header["from_seq"]), seq - 1, prev, hashlib.sha256(raw).hexdigest(),
-                    path)
+                           f"{header.get('up_to_seq')} its header says")
+    proved = Archived(int(header["from_seq"]), seq - 1, prev, hashlib.sha256(raw).hexdigest(),
+                      path)
+    return Contents(proved, str(header["prev_hash"]), hashes, records)

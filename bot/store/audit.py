@@ -96,7 +96,8 @@ class Verdict:
 
 def verify(engine: Engine, batch: int = 10_000) -> Verdict:
     """Walk the whole chain; report the first edited, deleted, inserted or reordered event.
-    It starts after the latest archive, if any (``start``).
+    It starts after the latest archive, if any (``start``), once that archive is proven by
+    its audit_archived event in the chain (``start_problem``).
 
     ``seq`` is only the position; it is not hashed, so an edited event (its own hash is
     wrong) is told from a deleted, inserted or reordered one (the chain breaks between two
@@ -104,6 +105,9 @@ def verify(engine: Engine, batch: int = 10_000) -> Verdict:
     """
     with engine.connect() as conn:
         expected_seq, prev = start(conn)
+        unproven = start_problem(conn)
+    if unproven:  # what the log rests on is not proven: nothing after it can stand for it
+        return Verdict(False, 0, prev, unproven, expected_seq)
     count = 0
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
@@ -140,6 +144,49 @@ def start(conn: Connection) -> tuple[int, str]:
     row = conn.execute(select(audit_archives.c.up_to_seq, audit_archives.c.head_hash)
                        .order_by(audit_archives.c.up_to_seq.desc()).limit(1)).first()
     return (1, GENESIS) if row is None else (int(row[0]) + 1, str(row[1]))
+
+
+ARCHIVE_FIELDS = ("from_seq", "up_to_seq", "head_hash", "file", "sha256")
+
+
+def start_problem(conn: Connection) -> str:
+    """Why the log's start is not proven; "" when it is. The archive the log starts after
+    counts only with its audit_archived event still in the log, holding the same events,
+    head hash, file and sha256: a row alone is what someone who deletes the log's beginning
+    would write."""
+    row = conn.execute(select(audit_archives).order_by(audit_archives.c.up_to_seq.desc())
+                       .limit(1)).mappings().first()
+    if row is None:
+        return ""
+    span = f"events {row['from_seq']}-{row['up_to_seq']}"
+    found = [(seq, data) for seq, _, data in records(conn)
+             if data.get("up_to_seq") == row["up_to_seq"]]
+    if not found:
+        return (f"the log starts after an archive of {span} that no audit_archived event in "
+                f"the log records: {span} were deleted, not archived, as far as the log shows")
+    if any(all(data.get(name) == row[name] for name in ARCHIVE_FIELDS) for _, data in found):
+        return ""
+    seq, data = found[-1]
+    wrong = [name for name in ARCHIVE_FIELDS if data.get(name) != row[name]]
+    missing = [name for name in wrong if name not in data]
+    return (f"the archive of {span} the log starts after is not the one its audit_archived "
+            f"event {seq} records ({', '.join(wrong)} differ"
+            + (f"; the event has no {', '.join(missing)}" if missing else "") + ")")
+
+
+def records(conn: Connection) -> list[tuple[int, str, dict[str, Any]]]:
+    """The audit_archived events in the database, oldest first: (position, actor, data)."""
+    found = []
+    for seq, actor, data in conn.execute(
+            select(audit_events.c.seq, audit_events.c.actor, audit_events.c.data)
+            .where(audit_events.c.kind == Kind.AUDIT_ARCHIVED).order_by(audit_events.c.seq)):
+        try:
+            parsed = json.loads(data)
+        except ValueError:
+            continue  # an edited event: verify names it
+        if isinstance(parsed, dict):
+            found.append((int(seq), str(actor), parsed))
+    return found
 
 
 def events(

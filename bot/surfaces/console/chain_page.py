@@ -1,7 +1,8 @@
 """GET /ui/chain, for auditors only: the audit chain's head, its last verifications (each a
 ``chain_verified`` event: they survive restarts and are audited themselves), the checkpoint
-file against the log, and the archives. POST /ui/chain/verify runs bot.store.audit.verify
-now, records the result, and sends the browser back to the page (303)."""
+file against the log, and the archives, each with the audit_archived event that proves it.
+POST /ui/chain/verify runs bot.store.audit.verify now, records the result, and sends the
+browser back to the page (303)."""
 
 from __future__ import annotations
 
@@ -38,12 +39,27 @@ def chain(ask: Ask) -> Response:
     with ask.bot.db.connect() as conn:
         head = audit.last(conn)
         start = audit.start(conn)
+        start_problem = audit.start_problem(conn)
         verifications = _verifications(conn)
-        archives = [dict(row) for row in conn.execute(
-            select(audit_archives).order_by(audit_archives.c.up_to_seq.desc())).mappings()]
-    return ask.page("chain.html", head=head, start=start, verifications=verifications,
-                    archives=archives, checkpoint=checkpoint_state(ask.bot),
-                    running=_VERIFYING.locked())
+        archives = _archives(conn)
+    return ask.page("chain.html", head=head, start=start, start_problem=start_problem,
+                    verifications=verifications, archives=archives,
+                    checkpoint=checkpoint_state(ask.bot), running=_VERIFYING.locked())
+
+
+def _archives(conn: Connection) -> list[dict[str, Any]]:
+    """The archives, newest first, each with the audit_archived event in the log that records
+    exactly it (``record``: its position and who made it), or None: a row alone proves
+    nothing, so who it names is not shown as who made it."""
+    records = audit.records(conn)
+    found = []
+    for row in conn.execute(select(audit_archives)
+                            .order_by(audit_archives.c.up_to_seq.desc())).mappings():
+        record = next(({"seq": seq, "actor": actor} for seq, actor, data in records
+                       if all(data.get(name) == row[name] for name in audit.ARCHIVE_FIELDS)),
+                      None)
+        found.append({**row, "record": record})
+    return found
 
 
 def verify_now(ask: Ask) -> Response:
