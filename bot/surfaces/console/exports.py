@@ -59,7 +59,10 @@ def events_export(fmt: str) -> Callable[[Ask], Response]:
 
         def produce(conn: Connection) -> Iterator[str]:
             rows = (audit.events(conn, since=flt.since_at or None, until=flt.until_at or None)
-                    if whole else _masked(audit.events(conn, executions_of=among)))
+                    if whole else _masked(conn, audit.events(conn, executions_of=among)))
+            if fmt == "csv" and not whole:  # the whole log stays as stored: it proves itself
+                rows = ({**row, "actor": _cell(row["actor"]), "kind": _cell(row["kind"])}
+                        for row in rows)
             return (piece for piece, _ in audit.lines(rows, fmt))
 
         name = _filename("audit-events" if whole else "events", flt, fmt)
@@ -68,11 +71,23 @@ def events_export(fmt: str) -> Callable[[Ask], Response]:
     return handler
 
 
-def _masked(rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Events with the values of secret-looking keys in their data hidden, as every page
-    shows them; only the whole log (scope=all, for auditors) is the log as stored."""
+def _masked(conn: Connection, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Events masked as every page shows them: the values of secret-looking keys in their
+    data, and the execution's secret parameter values wherever they appear (an operation
+    line, an error, a reason); only the whole log (scope=all, for auditors) is as stored."""
+    hidden_of: dict[Any, frozenset[str]] = {}
     for row in rows:
-        yield {**row, "data": scope.masked(row["data"])}
+        execution_id = row.get("execution_id")
+        if execution_id not in hidden_of:
+            hidden_of[execution_id] = _hidden_values(conn, execution_id)
+        yield {**row, "data": scope.masked(row["data"], hidden_of[execution_id])}
+
+
+def _hidden_values(conn: Connection, execution_id: Any) -> frozenset[str]:
+    """The secret parameter values of an execution (scope.secret_values), else none."""
+    if execution_id is None:
+        return frozenset()
+    return scope.secret_values(listing.params_of(conn, int(execution_id)))
 
 
 def _whole_log(ask: Ask, flt: Filter, scope_word: str) -> bool:
@@ -101,7 +116,10 @@ def _execution_lines(conn: Connection, batches: Iterator[Any], fmt: str) -> Iter
         for row in listing.decorate(conn, [dict(item._mapping) for item in batch]):
             record = {name: row[name] for name in FIELDS}
             record["break_glass"] = bool(record["break_glass"])
-            record["params"] = scope.masked(json.loads(record["params"]))
+            raw = json.loads(record["params"])
+            hidden = scope.secret_values(raw)
+            record["params"] = scope.masked(raw, hidden)
+            record["error"] = scope.masked(record["error"], hidden)
             if writer is None:
                 yield canonical(record) + "\n"
                 continue
@@ -114,7 +132,8 @@ def _execution_lines(conn: Connection, batches: Iterator[Any], fmt: str) -> Iter
 def _cell(value: Any) -> Any:
     """A text cell a spreadsheet would take for a formula (=, +, -, @, a tab or a carriage
     return first) gets a leading apostrophe: opening the file runs nothing (OWASP's advice
-    on CSV injection). The audit log's own CSV stays as stored: it must prove itself."""
+    on CSV injection), in executions.csv and a requester's events.csv. The whole log
+    (scope=all, for auditors) stays as stored, as `runbook audit export` writes it."""
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value
     return value

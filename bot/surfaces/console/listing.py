@@ -190,3 +190,9 @@ def scope_clause(allowed: Sequence[str] | None) -> ColumnElement[bool]:
     if allowed is None:
         return true()
     return c.runbook.in_(allowed) if allowed else false()
+
+
+def params_of(conn: Connection, execution_id: int) -> dict[str, Any]:
+    """The parameters an execution was requested with ({} when there is no such row)."""
+    text = conn.execute(select(c.params).where(c.id == execution_id)).scalar()
+    return dict(json.loads(text)) if text else {}

@@ -134,7 +134,32 @@ def test_event_data_is_masked_except_in_the_whole_log(make_bot: BotFactory) -> N
     assert "hunter2-secret" in client.get("/ui/events.jsonl?scope=all").text  # as stored
 
 
-def test_a_cell_a_spreadsheet_would_run_is_defused_in_the_executions_csv(
+def test_a_secret_value_echoed_without_its_key_is_masked_as_pages_mask_it(
+        make_bot: BotFactory) -> None:
+    """The value of a secret-looking parameter, echoed where no key names it (a step's
+    argument, its operation line, an error), is hidden in every export but the whole log."""
+    from bot.execution.engine import Engine
+
+    bot = make_bot({"demo": runbook([record("a", "{{ api_token }}", undo=False),
+                                     {"id": "b", "action": "test.flaky",
+                                      "with": {"key": "{{ api_token }}"}}],
+                                    risk="low", params={
+        "node": {"type": "node", "required": True}, "api_token": {"type": "text"}})},
+        console=CONSOLE)
+    execution_id = bot.request("demo", {"node": "gpu01", "api_token": "hunter2-secret"},
+                               "alice")
+    fakes.FAILURES["hunter2-secret"] = 9
+    Engine(bot, sleep=lambda s: None).drive(execution_id)
+    assert "hunter2-secret" in (bot.get(execution_id).error or "")  # the failure echoes it
+    client = Client(bot)
+    for url in ("/ui/events.jsonl", "/ui/events.csv", "/ui/executions.jsonl",
+                "/ui/executions.csv"):
+        answer = client.get(url, user="alice")
+        assert answer.status_code == 200 and "hunter2" not in answer.text, url
+    assert "hunter2-secret" in client.get("/ui/events.jsonl?scope=all").text  # as stored
+
+
+def test_a_cell_a_spreadsheet_would_run_is_defused_in_the_csv_exports(
         make_bot: BotFactory) -> None:
     bot = make_bot({"demo": runbook([record("a", "a")], risk="medium")}, console=CONSOLE,
                    requesters=["*"])
@@ -142,6 +167,11 @@ def test_a_cell_a_spreadsheet_would_run_is_defused_in_the_executions_csv(
     answer = Client(bot).get("/ui/executions.csv")
     (line,) = list(csv.DictReader(io.StringIO(answer.text)))
     assert line["requested_by"] == '\'=HYPERLINK("http://x","y")' and line["runbook"] == "demo"
+    events = list(csv.DictReader(io.StringIO(Client(bot).get("/ui/events.csv").text)))
+    assert '\'=HYPERLINK("http://x","y")' in {e["actor"] for e in events}
+    assert not [e for e in events if e["actor"].startswith("=")]
+    whole = Client(bot).get("/ui/events.csv?scope=all").text  # as stored, for auditors
+    assert '=HYPERLINK("http://x","y")' in {e["actor"] for e in csv.DictReader(io.StringIO(whole))}
 
 
 def test_the_whole_log_is_for_auditors_and_only_in_a_time_range(
