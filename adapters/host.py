@@ -6,9 +6,11 @@ through a shell (a parameter like ``$(id)`` stays a string), in a clean environm
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -132,3 +134,21 @@ def verdict(out: str, err: str, code: int) -> str:
 
     found = failing(out) or failing(err) or lines(out) or lines(err) or [f"exit code {code}"]
     return " ".join(found[0].split())[:150]
+
+
+def confined(path: str, folder: str, setting: str) -> Path:
+    """``path`` if it names a file inside ``folder`` (symlinks of the folders on the way
+    resolved): a copy the bot writes (a safety copy, a dump) lands there and nowhere
+    else. ActionError naming ``setting`` otherwise, before anything is written."""
+    given = PurePosixPath(path)
+    if not given.is_absolute() or ".." in given.parts or any(ord(c) < 32 for c in path):
+        raise ActionError(f"{path[:200]!r} must be an absolute path without '..' inside "
+                          f"{folder} ({setting})")
+    root = Path(os.path.realpath(folder))
+    target = Path(os.path.realpath(given.parent)) / given.name
+    if not target.is_relative_to(root) or target == root:
+        raise ActionError(f"{path[:200]} is outside {folder}, where the bot writes its copies "
+                          f"({setting}): name a file there, or change {setting}")
+    if target.is_symlink():
+        raise ActionError(f"{path[:200]} is a symbolic link: name the file itself, in {folder}")
+    return target

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
 from adapters.environment import child_environment
+from adapters.host import confined
 from adapters.registry import Adapter, Built
 
 
@@ -32,6 +33,8 @@ class MariaDBConfig(BaseModel):
     dump_command: str = "mariadb-dump"
     client_command: str = "mariadb"
     timeout: float = Field(default=3600, gt=0)
+    # mariadb.dump writes only inside this folder (safety copies, dumps before an upgrade)
+    backup_dir: str = Field(default="/var/backups/slurmdbd", pattern=r"^/")
 
     def connection_args(self) -> list[str]:
         if self.socket:
@@ -108,11 +111,14 @@ class DumpAction:
         return [self._config.dump_command, *self._config.connection_args(),
                 "--single-transaction", "--routines", "--databases", args.database]
 
+    def _target(self, args: DumpArguments) -> Path:
+        return confined(args.path, self._config.backup_dir, "mariadb.backup_dir")
+
     def plan(self, args: DumpArguments) -> list[str]:
-        return [f"{shlex.join(self._argv(args))} > {args.path}"]
+        return [f"{shlex.join(self._argv(args))} > {self._target(args)}"]
 
     def run(self, args: DumpArguments, ctx: ActionContext) -> ActionResult:
-        target = Path(args.path)
+        target = self._target(args)
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".partial")
         _run(self._argv(args), self._config, min(self._config.timeout, ctx.remaining()),

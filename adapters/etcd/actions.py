@@ -25,6 +25,7 @@ from adapters.actions import (
 )
 from adapters.etcd.backend import EtcdBackend, EtcdCommands, EtcdctlBackend, EtcdError, sha256_of
 from adapters.etcd.config import EtcdConfig
+from adapters.host import confined
 
 
 def _absolute(value: str) -> str:
@@ -108,14 +109,17 @@ class SnapshotSaveAction(_EtcdAction):
     name: ClassVar[str] = "etcd.snapshot_save"
     Arguments: ClassVar[type[StrictArguments]] = SnapshotSaveArguments
 
+    def _target(self, args: SnapshotSaveArguments) -> Path:
+        return confined(args.path, self.config.backup_dir, "etcd.backup_dir")
+
     def plan(self, args: SnapshotSaveArguments) -> list[str]:
-        line = self.commands.shown(self.commands.snapshot_save(args.path))
+        line = self.commands.shown(self.commands.snapshot_save(str(self._target(args))))
         if len(self.config.endpoints) > 1:
             line += f"  # from the first healthy of {', '.join(self.config.endpoints)}"
         return [line]
 
     def run(self, args: SnapshotSaveArguments, ctx: ActionContext) -> ActionResult:
-        path = Path(args.path)
+        path = self._target(args)
         replaced = path.exists()
         try:
             endpoint = self.backend.snapshot_save(path, timeout=self._timeout(ctx))

@@ -37,6 +37,8 @@ class EtcdConfig(BaseModel):
     initial_cluster: str | None = None  # name1=https://10.0.0.1:2380,name2=...
     initial_advertise_peer_urls: str | None = None  # https://10.0.0.1:2380
     initial_cluster_token: str | None = None  # passed on only when set
+    # etcd.snapshot_save writes only inside this folder (restore-etcd's safety snapshot)
+    backup_dir: str = Field(default="/var/backups/etcd", pattern=r"^/")
     cacert: str | None = None
     cert: str | None = None
     key: str | None = None

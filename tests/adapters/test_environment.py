@@ -246,7 +246,7 @@ def test_mariadb_password_goes_in_a_private_option_file(
 
 def test_mariadb_password_variable_missing_is_an_error(tmp_path: Path) -> None:
     config = MariaDBConfig(password_env="GRB_TEST_NO_SUCH_VARIABLE",
-                           dump_command=str(tmp_path / "never-run"))
+                           dump_command=str(tmp_path / "never-run"), backup_dir=str(tmp_path))
     action = DumpAction(config)
     with pytest.raises(ActionError, match="GRB_TEST_NO_SUCH_VARIABLE, which is not set"):
         action.run(DumpArguments(database="db", path=str(tmp_path / "d.sql")), context())
@@ -328,7 +328,8 @@ def test_lab_mariadb_dump_authenticates_through_the_option_file(
         lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     maria = lab["mariadb"]
     config = MariaDBConfig(host=maria["host"], port=maria["port"], user=maria["user"],
-                           password_env="GRB_TEST_DB_PASSWORD", timeout=120)
+                           password_env="GRB_TEST_DB_PASSWORD", timeout=120,
+                           backup_dir=str(tmp_path))
     action = DumpAction(config)
     args = DumpArguments(database=maria["database"], path=str(tmp_path / "dump.sql"))
     monkeypatch.setenv("GRB_TEST_DB_PASSWORD", "wrong-" + maria["password"])

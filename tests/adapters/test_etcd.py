@@ -51,7 +51,7 @@ def plan(config: EtcdConfig, name: str, **arguments: Any) -> list[str]:
 # --- plan text and arguments (no etcd needed) ---------------------------------------
 
 def test_snapshot_save_plan_is_the_etcdctl_line() -> None:
-    config = EtcdConfig(endpoints=["https://10.0.0.1:2379"])
+    config = EtcdConfig(endpoints=["https://10.0.0.1:2379"], backup_dir="/backup")
     assert plan(config, "etcd.snapshot_save", path="/backup/etcd-1.db") == [
         "ETCDCTL_API=3 etcdctl --endpoints=https://10.0.0.1:2379 snapshot save /backup/etcd-1.db"]
 
@@ -59,7 +59,7 @@ def test_snapshot_save_plan_is_the_etcdctl_line() -> None:
 def test_snapshot_save_plan_names_the_candidates_of_a_cluster() -> None:
     config = EtcdConfig(endpoints=["https://a:2379", "https://b:2379"],
                         cacert="/etc/etcd/ca.crt", cert="/etc/etcd/c.crt", key="/etc/etcd/c.key",
-                        dial_timeout=1, command_timeout=3)
+                        dial_timeout=1, command_timeout=3, backup_dir="/backup")
     (line,) = plan(config, "etcd.snapshot_save", path="/backup/x.db")
     assert line == ("ETCDCTL_API=3 etcdctl --endpoints=https://a:2379 --cacert=/etc/etcd/ca.crt "
                     "--cert=/etc/etcd/c.crt --key=/etc/etcd/c.key --dial-timeout=1s "
@@ -236,7 +236,8 @@ def etcd(lab: Lab) -> Iterator[EtcdLab]:
         pytest.fail("lab.json has no etcd section: run `lab up` with this checkout", pytrace=False)
     config = EtcdConfig(endpoints=[info["endpoint"]], name=info["name"],
                         initial_cluster=info["initial_cluster"],
-                        initial_advertise_peer_urls=info["peer_url"])
+                        initial_advertise_peer_urls=info["peer_url"],
+                        backup_dir="/tmp")  # the tests' snapshots: in pytest's folders
     handle = EtcdLab(lab, config, dict(info["seed_keys"]), info["data_dir"])
     yield handle
     # Leave the lab's etcd as the module found it: original directory, running, seeded.
