@@ -345,3 +345,12 @@ def test_the_kubernetes_count_ends_by_the_check_timeout_or_the_deadline() -> Non
     guard(check(pool_of="gpu05", pool="kubernetes"), began + 2)  # the run's deadline first
     assert began + 10 <= kubernetes.bounds[0] <= time.monotonic() + 10
     assert kubernetes.bounds[1] == began + 2
+
+
+def test_a_node_with_no_other_names_is_counted_by_its_own() -> None:
+    slurm, kubernetes = systems()
+    inventory = Inventory(frozenset({"gpu05"}), frozenset(), frozenset({"gpu05", "gpu06"}))
+    guard = CapacityEvaluator(inventory, slurm, kubernetes, None, pools=PoolsConfig())
+    outcome = guard(check(pool_of="gpu05"), 1e12)
+    assert outcome.extra["pools"]["Kubernetes"]["counted"] == ["gpu05"]
+    assert outcome.value == 8

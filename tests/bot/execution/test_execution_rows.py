@@ -230,3 +230,13 @@ def test_a_break_glass_request_is_stored_as_one(make_bot: BotFactory) -> None:
     bot = _bot(make_bot)
     plan = replace(bot.plan("demo", {"node": "gpu01"}), break_glass=True)
     assert bot.get(_create(bot.db, plan)).break_glass is True
+
+
+def test_a_listing_holds_the_newest_200_unless_told(make_bot: BotFactory) -> None:
+    bot = _bot(make_bot)
+    plan = bot.plan("demo", {"node": "gpu01"})
+    with bot.db.begin() as conn:
+        made = [executions.create(conn, plan, "alice", "auto", None) for _ in range(201)]
+        listed = executions.find(conn)
+        assert [ex.id for ex in listed] == made[::-1][:200]
+        assert len(executions.find(conn, limit=201)) == 201

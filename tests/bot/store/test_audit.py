@@ -260,9 +260,19 @@ def test_the_verdict_on_an_edit_or_a_break_keeps_the_last_good_head(db_url: str)
     assert broken.head != second and "was edited" in broken.problem
 
 
-def test_times_are_read_as_utc(sqlite_url: str) -> None:
+def test_times_are_read_as_utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the local zone: a time with a zone is turned into UTC, one without is UTC."""
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        assert audit.moment(" 2026-11-30T12:30:00.5+02:00 ") == "2026-11-30T10:30:00.500000Z"
+        assert audit.moment("2026-11-30T10:00:00") == "2026-11-30T10:00:00.000000Z"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
     assert audit.moment("2026-11-30T10:00:00Z") == "2026-11-30T10:00:00.000000Z"
-    assert audit.moment(" 2026-11-30T12:30:00.5+02:00 ") == "2026-11-30T10:30:00.500000Z"
     assert audit.moment("2026-11-30") == "2026-11-30T00:00:00.000000Z"
     with pytest.raises(ValueError):
         audit.moment("yesterday")

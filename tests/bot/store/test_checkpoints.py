@@ -125,6 +125,19 @@ def test_checkpoints_of_an_archived_log(sqlite_url: str, tmp_path: Path) -> None
         f"{points[3].hash[:12]}…, now {'d' * 12}…): the log was written again from there"]
 
 
+def test_a_checkpoint_of_the_first_event_is_checked(sqlite_url: str, tmp_path: Path) -> None:
+    engine = db.connect(sqlite_url)
+    file = tmp_path / "cp"
+    checkpoints.record(engine, file)  # the empty log: nothing to check
+    fill(engine, 1)
+    checkpoints.record(engine, file)
+    assert checkpoints.check(engine, file) == (2, [])
+    with engine.begin() as conn:  # written again (verify would see this one; check too)
+        conn.execute(text("UPDATE audit_events SET hash = :h WHERE seq = 1"), {"h": "e" * 64})
+    problems = checkpoints.check(engine, file)[1]
+    assert len(problems) == 1 and problems[0].startswith("event 1 is not the one")
+
+
 def test_reading_checkpoints(tmp_path: Path) -> None:
     """Blank lines are passed over (not the end), a line may hold more than the three fields,
     and a bad line is named with the form a checkpoint has."""
