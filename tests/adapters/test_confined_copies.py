@@ -46,7 +46,7 @@ def test_a_file_inside_the_folder_is_the_copy(folder: Path) -> None:
 
 def test_every_path_out_of_the_folder_is_refused(folder: Path) -> None:
     for path in outside(folder):
-        with pytest.raises(ActionError, match="mariadb.backup_dir|symbolic link"):
+        with pytest.raises(ActionError, match=r"mariadb\.backup_dir|symbolic link"):
             confined(path, str(folder), "mariadb.backup_dir")
 
 
@@ -69,9 +69,9 @@ def test_a_safety_snapshot_outside_is_refused(folder: Path) -> None:
                         etcdctl="/bin/false")
     save = {a.name: a for a in EtcdActions(config).all()}["etcd.snapshot_save"]
     for path in [p for p in outside(folder) if p.startswith("/") and "\n" not in p]:
-        with pytest.raises(ActionError, match="etcd.backup_dir|symbolic link"):
+        with pytest.raises(ActionError, match=r"etcd\.backup_dir|symbolic link"):
             save.plan(SnapshotSaveArguments(path=path))
-        with pytest.raises(ActionError, match="etcd.backup_dir|symbolic link"):
+        with pytest.raises(ActionError, match=r"etcd\.backup_dir|symbolic link"):
             save.run(SnapshotSaveArguments(path=path), context())
     assert "snapshot save " + str(folder / "s.db") in save.plan(
         SnapshotSaveArguments(path=str(folder / "s.db")))[0]
