@@ -209,6 +209,48 @@ class GuardsConfig(BaseModel):
     min_free_gpus: PoolFloors = Field(default_factory=PoolFloors)
 
 
+CHANGE = "change"  # the request word (change=REF) that carries a change or incident reference
+MAX_CHANGE = 64
+RiskWord = Literal["low", "medium", "high"]  # as bot.runbooks.model.Risk
+
+
+def _high() -> list[RiskWord]:
+    return ["high"]
+
+
+class PolicyConfig(BaseModel):
+    """Change references (``change=REF`` on a request): with ``require_change``, a request of
+    a runbook whose risk is in ``change_risks`` needs one; any reference given must match
+    ``change_pattern``. The plan shows it and its hash binds it (docs/configuration.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    require_change: bool = False
+    change_pattern: str = r"^(CHG|INC)[0-9]{4,10}$"
+    change_risks: list[RiskWord] = Field(default_factory=_high)
+
+    @field_validator("change_pattern")
+    @classmethod
+    def _pattern(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    def change_problem(self, risk: str, change: str | None) -> str | None:
+        """Why this reference (None: none given) cannot go with a runbook of ``risk``."""
+        if change is None or not change.strip():
+            if self.require_change and risk in self.change_risks:
+                return (f"a {risk}-risk runbook needs a change or incident reference: add "
+                        f"{CHANGE}=REF matching {self.change_pattern} (policy.require_change)")
+            return None
+        # fullmatch: "$" alone would let a trailing newline through
+        if len(change) > MAX_CHANGE or not re.fullmatch(self.change_pattern, change):
+            return (f"{CHANGE}={change[:MAX_CHANGE]!r} does not match {self.change_pattern} "
+                    "(policy.change_pattern)")
+        return None
+
+
 class EngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     lease_seconds: float = Field(default=30.0, gt=0)  # a dead engine's executions move after this
@@ -412,6 +454,7 @@ class Config(BaseModel):
     inventory: InventoryConfig = Field(default_factory=InventoryConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     guards: GuardsConfig = Field(default_factory=GuardsConfig)  # site floors
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)  # change references
     mariadb: MariaDBConfig | None = None  # enables mariadb.dump / mariadb.restore
     slurm: SlurmConfig | None = None  # enables slurm.* actions and slurm checks
     kubernetes: KubernetesConfig | None = None  # enables k8s.* and gpu_operator.* actions

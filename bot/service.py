@@ -21,7 +21,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 
 from adapters.slurm import hostlist
-from bot.config import Config
+from bot.config import CHANGE, Config
 from bot.execution import (
     confirming,
     executions,
@@ -205,6 +205,8 @@ class Service:
         facts (inventory, capacity, windows, what the bot did before)."""
         loaded = self.pinned(ex.runbook, ex.version, ex.content_hash)
         given = {k: _text(v) for k, v in ex.params.items() if v is not None}
+        if ex.plan.change is not None:  # the reference it was requested (and approved) with
+            given[CHANGE] = ex.plan.change
         return self.plan(ex.runbook, given, break_glass=ex.plan.break_glass, loaded=loaded)
 
     # --- planning and requests ------------------------------------------------------
@@ -213,14 +215,20 @@ class Service:
              window: frozenset[str] | None = None, loaded: LoadedRunbook | None = None) -> Plan:
         """``window``: plan as if a maintenance window over these nodes were open (a
         window plans the runbooks it will run inside itself). ``loaded``: plan this
-        version of the runbook rather than the current file (an execution's pinned one)."""
+        version of the runbook rather than the current file (an execution's pinned one).
+        ``change=REF`` in ``raw`` is the request's change reference, not a parameter."""
         loaded = loaded or self.runbook(name)
+        raw = dict(raw)
+        change = str(raw.pop(CHANGE, "")).strip() or None
+        problem = self.config.policy.change_problem(loaded.runbook.risk, change)
+        if problem is not None:  # before anything is planned, as a bad parameter is
+            raise Refused(f"{name}: {problem}")
         self.refresh_inventory()
         try:
             values = params.validate(loaded.runbook, raw, self.inventory)
             weakened = params.weakened_guards(loaded.runbook, values, self.inventory)
             plan = make_plan(loaded, values, self.inventory, self.catalogue, self.config,
-                             self._audit_facts(loaded))
+                             self._audit_facts(loaded), change)
         except (params.ParamError, PlanError) as exc:
             raise Refused(f"{name}: {exc}") from exc
         self._check_follow_up(name, plan)
@@ -390,6 +398,7 @@ class Service:
             audit.append(conn, Kind.REQUESTED, user, {
                 "runbook": plan.runbook, "version": plan.version,
                 "content_hash": plan.content_hash, "params": plan.params, "source": source,
+                **({"change": plan.change} if plan.change else {}),
             }, execution_id)
             audit.append(conn, Kind.PLANNED, user, {
                 "plan_hash": plan.hash, "locks": plan.locks, "fencing_token": token,

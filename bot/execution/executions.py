@@ -65,6 +65,7 @@ class Execution:
     source: str | None = None  # who asked through what: cli, chat, alert, schedule, window
     break_glass: bool = False
     checks_failed: int = 0  # checks that failed (the console's filter; the log has each)
+    change: str | None = None  # the request's change reference (as in its plan)
 
     @property
     def terminal(self) -> bool:
@@ -116,6 +117,7 @@ def create(conn: Connection, plan: Plan, user: str, resume: str, deadline: float
             approvals_required=plan.approval.required, approval_deadline=deadline,
             resume=resume, cancel_requested=False, resume_requested=False, fencing_token=0,
             source=source[:16], break_glass=plan.break_glass, checks_failed=0,
+            change=plan.change,
         )
     )
     key = result.inserted_primary_key

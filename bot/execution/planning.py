@@ -118,6 +118,9 @@ class Plan:
     # the capacity guard's numbers when the plan was made (which nodes are counted, which
     # are already out): shown, kept, not part of the hash (they change by the minute)
     capacity: list[str] = field(default_factory=list)
+    # the change or incident reference the request gave (change=REF, policy.require_change):
+    # shown, and part of the hash, so an approval covers that very reference
+    change: str | None = None
 
     def body(self) -> dict[str, Any]:
         data = asdict(self)
@@ -130,6 +133,8 @@ class Plan:
             data.pop("outside_window")
         if not data["weakened_guards"]:  # likewise
             data.pop("weakened_guards")
+        if data["change"] is None:  # likewise
+            data.pop("change")
         return data
 
     def to_json(self) -> str:
@@ -162,8 +167,10 @@ def make_plan(
     catalogue: Catalogue,
     config: Config,
     facts: Mapping[str, Any] | None = None,
+    change: str | None = None,
 ) -> Plan:
-    """Render every step; raises PlanError with the step and the reason."""
+    """Render every step; raises PlanError with the step and the reason. ``change``: the
+    request's change reference, checked by the caller (Service.plan)."""
     runbook = loaded.runbook
     context = {**inventory.facts(), "drivers": config.drivers.template_facts(), **(facts or {}),
                **values}
@@ -193,6 +200,7 @@ def make_plan(
         post_checks=post,
         on_failure=runbook.on_failure,
         propose_on_failure=follow_up,
+        change=change,
     )
     return _with_hash(plan)
 

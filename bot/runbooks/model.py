@@ -244,6 +244,9 @@ class Runbook(Strict):
         for key in value:
             if not re.fullmatch(r"[a-z][a-z0-9_]{0,40}", key):
                 raise ValueError(f'parameter name "{key}" must be lower-case letters, digits, _')
+            if key == "change":  # change=REF is the request's change reference
+                raise ValueError('"change" is reserved (a request\'s change reference, '
+                                 'change=REF): name the parameter otherwise')
         for key, spec in value.items():
             if spec.driver_for_pool and spec.driver_for_pool not in value:
                 raise ValueError(f"{key}.driver_for_pool: no parameter {spec.driver_for_pool!r}")

@@ -76,6 +76,8 @@ executions = Table(
     Column("source", String(16), nullable=True),  # cli, chat, alert, schedule, window
     Column("break_glass", Boolean, nullable=False, default=False, server_default=false()),
     Column("checks_failed", Integer, nullable=False, default=0, server_default="0"),
+    # revision 0012: the request's change reference (change=REF), for the console's filter
+    Column("change", String(64), nullable=True),
     # keyset paging of the console: (sort value, id) for each sort, which also serve the
     # filters on these columns (revision 0010); unfinished executions sort as the latest
     Index("ix_executions_state", "state", "id"),
@@ -83,6 +85,7 @@ executions = Table(
     Index("ix_executions_finished", FINISHED_SORT, "id"),
     Index("ix_executions_runbook", "runbook", "id"),
     Index("ix_executions_requested_by", "requested_by", "id"),
+    Index("ix_executions_change", "change", "id"),
 )
 
 # The nodes each execution's plan locks (its node:NAME locks, hostlists expanded): which

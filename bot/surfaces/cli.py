@@ -67,7 +67,9 @@ def _runbook_commands(add: _Add) -> None:
                        ("run", "request an execution (prints its ID first)")):
         p = add(name, text)
         p.add_argument("name")
-        p.add_argument("params", nargs="*", metavar="key=value")
+        p.add_argument("params", nargs="*", metavar="key=value",
+                       help="the runbook's parameters; change=REF: a change or incident "
+                            "reference (policy.require_change)")
         p.add_argument("--break-glass", action="store_true",
                        help="override the capacity guard (needs one more approval)")
         if name == "run":
@@ -123,6 +125,8 @@ def _reading_commands(add: _Add) -> None:
     e = audit_sub.add_parser("export", help="write events as JSON lines or CSV")
     e.add_argument("--since", help="ISO date or time (UTC), inclusive")
     e.add_argument("--until", help="ISO date or time (UTC), exclusive")
+    e.add_argument("--change", metavar="REF",
+                   help="only the events of the executions requested with change=REF")
     e.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
     e.add_argument("--output", help="file to write (default: standard output)")
 
@@ -458,7 +462,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     since, until = _iso(args.since), _iso(args.until)
     with engine.connect() as conn:
         conn.execution_options(**READ_ONLY)  # a long export holds no writer back (SQLite)
-        rows = audit.events(conn, since=since, until=until)
+        rows = audit.events(conn, since=since, until=until,
+                            executions_of=_of_change(args.change))
         if args.output:
             with open(args.output, "w", newline="") as out:
                 count = audit.export(rows, out, args.format)
@@ -466,6 +471,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
         else:
             audit.export(rows, sys.stdout, args.format)
     return EXIT_OK
+
+
+def _of_change(change: str | None) -> Any:
+    """The IDs of the executions requested with this change reference (None: no filter)."""
+    if change is None:
+        return None
+    from sqlalchemy import select
+
+    from bot.store.schema import executions
+
+    return select(executions.c.id).where(executions.c.change == change.strip())
 
 
 def _archive(engine: Any, args: argparse.Namespace) -> int:

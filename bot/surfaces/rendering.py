@@ -28,6 +28,7 @@ def plan_text(plan: Plan) -> str:
            if plan.outside_window else ""),
     ]
     lines += [f"break-glass: {guard.describe()}" for guard in plan.weakened_guards]
+    lines += [f"change: {plan.change}"] if plan.change else []
     lines += _checks("pre-checks", plan.pre_checks)
     lines += [f"capacity now: {line}" for line in plan.capacity]
     lines.append("steps:")

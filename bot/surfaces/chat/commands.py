@@ -29,7 +29,8 @@ runbook commands:
   list                          the runbooks
   describe NAME                 parameters, approval policy and steps
   plan NAME key=value...        the exact plan and its hash; changes nothing
-  run NAME key=value...         request an execution (approvers are asked)
+  run NAME key=value...         request an execution (approvers are asked);
+                                change=REF gives a change or incident reference
   approve ID [PLAN_HASH]        approve the plan you saw (its hash's first 6+ characters)
   deny ID [reason]              deny a request
   cancel ID                     stop at the next step and undo

@@ -27,7 +27,7 @@ BATCH = 1000  # executions read at a time (with their nodes and approvers)
 PIECE = 65536  # characters sent at a time
 FIELDS = ("id", "runbook", "version", "state", "stage", "requested_by", "requested_at",
           "finished_at", "source", "break_glass", "checks_failed", "nodes", "approvers",
-          "error", "params")
+          "error", "params", "change")
 MEDIA = {"csv": "text/csv; charset=utf-8", "jsonl": "application/jsonl; charset=utf-8"}
 
 

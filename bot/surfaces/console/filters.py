@@ -13,7 +13,7 @@ from bot.store.audit import moment
 from bot.store.words import State
 from bot.surfaces.console.app import BadRequest
 
-TEXT = ("runbook", "version", "node", "requester", "approver")
+TEXT = ("runbook", "version", "node", "requester", "approver", "change")
 FILTERS = (*TEXT, "source", "state", "since", "until", "break_glass", "failed_checks")
 PAGING = ("sort", "order", "after", "before")
 # the words bot.request's callers give (the command line, the chat grammar behind Slack and
@@ -40,6 +40,7 @@ class Filter:
     node: str = ""  # a node or a hostlist, as typed
     requester: str = ""
     approver: str = ""
+    change: str = ""  # the request's change reference (change=REF)
     source: str = ""
     states: tuple[str, ...] = ()
     since: str = ""

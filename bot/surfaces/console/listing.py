@@ -33,7 +33,7 @@ from bot.surfaces.console.identity import Viewer
 
 c = executions.c
 COLUMNS = (c.id, c.runbook, c.version, c.state, c.stage, c.requested_by, c.requested_at,
-           c.finished_at, c.source, c.break_glass, c.checks_failed, c.error)
+           c.finished_at, c.source, c.break_glass, c.checks_failed, c.error, c.change)
 
 
 # Built once: every page runs these, and building a statement costs more than running it.
@@ -65,7 +65,7 @@ def matching(flt: Filter, allowed: Sequence[str] | None,
     if allowed is not None:
         query = query.where(scope_clause(allowed))
     equal = {"runbook": c.runbook, "version": c.version, "requester": c.requested_by,
-             "source": c.source}
+             "source": c.source, "change": c.change}
     for name, column in equal.items():
         if getattr(flt, name):
             query = query.where(column == getattr(flt, name))

@@ -88,7 +88,8 @@ def plan_message(ex: Execution, approvers: list[str], now: float | None = None) 
     blocks = [
         _section(_title(ex)),
         _context(f"requested by *{ex.requested_by}* · risk *{plan.risk}* · "
-                 f"parameters `{params_text(plan.params)}`"),
+                 + (f"change `{plan.change}` · " if plan.change else "")
+                 + f"parameters `{params_text(plan.params)}`"),
         _section("*Operations*\n" + _code(operations or ["(none)"])),
         _section("*Locks*: "
                  + (", ".join(f"`{lock}`" for lock in locking.compact(plan.locks))

@@ -455,3 +455,29 @@ def test_a_reader_that_stops_early_gets_no_traceback() -> None:
     listing.stdout.close()
     _, err = listing.communicate(timeout=60)
     assert listing.returncode == 0 and b"Traceback" not in err, err.decode()
+
+
+def test_a_change_reference_is_asked_shown_and_exported(lab_env: dict[str, str]) -> None:
+    """policy.require_change for medium risk: `runbook run` refuses a request without a
+    reference (exit 2, nothing recorded), `runbook plan` shows it, `runbook audit export
+    --change` writes only the events of the executions requested with it."""
+    path = Path(lab_env["RUNBOOK_CONFIG"])
+    config = yaml.safe_load(path.read_text())
+    config["policy"] = {"require_change": True, "change_risks": ["medium"]}
+    path.write_text(yaml.safe_dump(config))
+    refused = cli_here("run", "guarded", "node=gpu01", "--as", "alice", env=lab_env)
+    assert refused.returncode == 2 and "change=REF matching" in refused.stderr
+    assert "guarded" not in cli_here("history", env=lab_env).stdout  # nothing recorded
+    plan = cli_here("plan", "guarded", "node=gpu01", "change=CHG12345", env=lab_env)
+    assert plan.returncode == 0 and "change: CHG12345" in plan.stdout
+    ids = []
+    for change in ("CHG12345", "INC00001"):
+        done = cli_here("run", "guarded", "node=gpu01", f"change={change}", "--as", "alice",
+                        env=lab_env)
+        assert done.returncode == 0, done.stderr
+        ids.append(int(done.stdout.split()[1]))
+        cli_here("cancel", str(ids[-1]), "--as", "alice", env=lab_env)  # frees the node lock
+    export = cli_here("audit", "export", "--change", "CHG12345", env=lab_env)
+    found = [json.loads(line) for line in export.stdout.splitlines()]
+    assert found and {e["execution_id"] for e in found} == {ids[0]}
+    assert found[0]["data"]["change"] == "CHG12345"

@@ -60,6 +60,7 @@ class Row:
     checks_failed: int
     nodes: frozenset[str]
     approvers: frozenset[str]
+    change: str | None = None  # the request's change reference (change=REF)
 
 
 def seeded_database(request: Any, folder: Path) -> tuple[str, list[Row]]:
@@ -100,7 +101,9 @@ def _row(rng: random.Random, number: int) -> Row:
                rng.choice(USERS), stamp(requested), finished, rng.choice(SOURCES),
                rng.random() < 0.2, rng.choice((0, 0, 0, 1, 2)),
                frozenset(rng.sample(NODES, rng.randint(0, 3))),
-               frozenset(rng.sample(USERS, rng.randint(0, 2))))
+               frozenset(rng.sample(USERS, rng.randint(0, 2))),
+               # from the number, not the generator: the other columns stay as they were
+               f"CHG{1000 + number % 3}" if number % 4 == 0 else None)
 
 
 def _insert(conn: Any, row: Row, rng: random.Random) -> None:
@@ -110,7 +113,8 @@ def _insert(conn: Any, row: Row, rng: random.Random) -> None:
         requested_at=row.requested_at, state=row.state, stage="steps", plan="{}",
         plan_hash="1" * 64, approvals_required=1, resume="restart", cancel_requested=False,
         resume_requested=False, fencing_token=0, finished_at=row.finished_at,
-        source=row.source, break_glass=row.break_glass, checks_failed=row.checks_failed))
+        source=row.source, break_glass=row.break_glass, checks_failed=row.checks_failed,
+        change=row.change))
     for node in sorted(row.nodes):
         conn.execute(execution_nodes.insert().values(node=node, execution_id=row.id))
     for user in sorted(row.approvers):
@@ -134,6 +138,7 @@ def expected(rows: list[Row], flt: Filter, sort: Sort,
             not flt.requester or row.requested_by == flt.requester,
             not flt.approver or flt.approver in row.approvers,
             not flt.source or row.source == flt.source,
+            not flt.change or row.change == flt.change,
             not flt.states or row.state in flt.states,
             not flt.since_at or row.requested_at >= flt.since_at,
             not flt.until_at or row.requested_at < flt.until_at,

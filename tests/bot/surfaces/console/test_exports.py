@@ -82,6 +82,20 @@ def test_executions_exports_hold_exactly_the_filtered_set_in_its_order(
     assert "content-length" not in as_jsonl.headers  # streamed, in pieces
 
 
+def test_the_exports_filter_by_change_reference(seeded: tuple[Service, list[Row]]) -> None:
+    bot, rows = seeded
+    wanted = model(rows, [("change", "CHG1001")])
+    assert wanted and len(wanted) < len(rows)
+    client = Client(bot)
+    read = list(csv.DictReader(io.StringIO(client.get("/ui/executions.csv?change=CHG1001").text)))
+    assert [int(r["id"]) for r in read] == wanted
+    assert {r["change"] for r in read} == {"CHG1001"}
+    lines = client.get("/ui/events.jsonl?change=CHG1001").text.splitlines()
+    assert {json.loads(line)["execution_id"] for line in lines} == set(wanted)
+    page = client.get("/ui/executions?change=CHG1001").text
+    assert 'value="CHG1001"' in page and "<code>CHG1001</code>" in page
+
+
 def test_the_events_export_holds_the_events_of_exactly_those_executions(
         seeded: tuple[Service, list[Row]]) -> None:
     bot, rows = seeded

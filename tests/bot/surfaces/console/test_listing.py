@@ -71,6 +71,7 @@ FILTERS = [
     [("break_glass", "yes")], [("break_glass", "no")], [("failed_checks", "yes")],
     [("failed_checks", "no")], [("runbook", "drain"), ("state", "failed"), ("approver", "bob")],
     [("break_glass", "any"), ("failed_checks", "any"), ("runbook", "")],
+    [("change", "CHG1002")], [("change", "CHG1000"), ("state", "failed")],
 ]
 
 
