@@ -37,7 +37,9 @@ REQUESTS: dict[str, dict[str, str]] = {
     "open-maintenance": {"name": "maint-gpu03", "nodes": "gpu03"},
     "quarantine-node": {"node": "gpu05", "reason": "GpuXid XID 79 on GPU 3"},
     "reset-gpu": {"node": "gpu05", "gpu": "3", "reason": "XID 48"},
-    "restore-slurmdbd": {"backup": "/var/backups/slurm_acct_db.sql.gz"},
+    # the safety copy inside the lab's mariadb.backup_dir (the default is a site's folder)
+    "restore-slurmdbd": {"backup": "/var/backups/slurm_acct_db.sql.gz",
+                         "safety_copy": "/tmp/base-config-safety-copy.sql"},
     "resume-node": {"node": "gpu05"},
     "resume-nodes": {"nodes": "gpu[03-04]"},
     "rollback-driver": {"nodes": "gpu04", "version": "535.161.08"},
