@@ -323,6 +323,47 @@ def test_an_empty_csv_export_still_has_its_header() -> None:
     assert out.getvalue().strip() == ",".join(audit.EXPORT_FIELDS)
 
 
+def test_an_unproven_start_is_the_verdict_before_any_event(sqlite_url: str,
+                                                          tmp_path: Any) -> None:
+    from tests.bot.store import test_audit_chain_start as start
+
+    log = start.archived_log(db.connect(sqlite_url), tmp_path)
+    start.truncated_tail(log)
+    assert audit.verify(log.engine) == audit.Verdict(
+        False, 0, log.hashes[5], "the log starts after an archive of events 1-5 that no "
+        "audit_archived event in the log records: events 1-5 were deleted, not archived, as "
+        "far as the log shows", 6)
+
+
+def test_a_record_without_some_fields_is_named_with_them(sqlite_url: str,
+                                                         tmp_path: Any) -> None:
+    from tests.bot.store import test_audit_chain_start as start
+
+    log = start.archived_log(db.connect(sqlite_url), tmp_path)
+    recorded = start.record(log)
+    start.recompute_from(log.engine, 9, canonical(
+        {k: v for k, v in recorded.items() if k not in ("file", "sha256")}))
+    assert audit.verify(log.engine).problem == (
+        "the archive of events 1-5 the log starts after is not the one its audit_archived "
+        "event 9 records (file, sha256 differ; the event has no file, sha256)")
+
+
+def test_records_are_the_archived_events_that_can_be_read(sqlite_url: str,
+                                                          tmp_path: Any) -> None:
+    from tests.bot.store import test_audit_chain_start as start
+
+    log = start.archived_log(db.connect(sqlite_url), tmp_path)
+    recorded = start.record(log)
+    with log.engine.begin() as conn:
+        for seq, data in ((100, "not json"), (101, '["a list"]'), (102, '{"x":1}')):
+            conn.execute(text(
+                "INSERT INTO audit_events (seq, ts, execution_id, kind, actor, data, prev_hash,"
+                " hash) VALUES (:s, 't', NULL, 'audit_archived', 'mallory', :d, 'p', 'h')"),
+                {"s": seq, "d": data})
+        assert audit.records(conn) == [(9, "auditor", recorded),
+                                       (102, "mallory", {"x": 1})]
+
+
 @pytest.mark.postgres
 def test_migrations_reach_head_on_postgres(postgres_server: postgres.PostgresServer) -> None:
     url = postgres.fresh_database(postgres_server.url, "migrations_check")

@@ -277,3 +277,99 @@ def test_lines_copied_from_the_chat_are_read_as_checkpoints(tmp_path: Path,
 def test_chat_checkpoints_need_the_chat() -> None:
     with pytest.raises(ValueError, match=r"audit\.checkpoint_chat posts to the Slack channel"):
         Config(audit={"checkpoint_chat": True})
+
+
+# --- checkpoints of archived events, against the archive files (exact words) ---------------
+
+
+def archived_hashes(path: Path) -> dict[int, str]:
+    return {int(line["seq"]): str(line["hash"]) for line in
+            (json.loads(text) for text in path.read_text().splitlines()[1:])}
+
+
+def test_an_emptied_log_after_an_archive_proves_no_checkpoint(sqlite_url: str,
+                                                              tmp_path: Path) -> None:
+    from tests.bot.store.test_audit_chain_start import archived_log
+
+    log = archived_log(db.connect(sqlite_url), tmp_path)
+    points = checkpoints.read(log.points)
+    with log.engine.begin() as conn:
+        conn.execute(text("DELETE FROM audit_events"))
+    h5 = log.hashes[5]
+    assert checkpoints.check(log.engine, log.points) == (8, [
+        *(f"the checkpoint of {p.ts} saw event {p.seq}, but the log ends at event 0: its tail "
+          "was cut off" for p in points[5:]),
+        f"5 checkpoint(s) of events before event 6 cannot be proven: the log continues from "
+        f"event 5 (hash {h5[:12]}…), but no audit_archived event records an archive ending "
+        "there (events deleted, the archive made up)"])
+
+
+def test_events_written_again_before_they_were_archived_are_named(sqlite_url: str,
+                                                                  tmp_path: Path) -> None:
+    from bot.store import archive
+    from bot.store.db import now_iso
+    from tests.bot.store.test_audit_chain_start import recompute_from
+
+    engine = db.connect(sqlite_url)
+    file = tmp_path / "cp"
+    for _ in range(3):
+        fill(engine, 1)
+        checkpoints.record(engine, file)
+    recompute_from(engine, 1, canonical({"n": "nothing to see"}))
+    cut = now_iso()
+    fill(engine, 1)
+    archive.archive(engine, cut, tmp_path / "a.jsonl", "auditor")
+    points, now = checkpoints.read(file), archived_hashes(tmp_path / "a.jsonl")
+    where = tmp_path / "a.jsonl"
+    assert checkpoints.check(engine, file)[1] == [
+        f"event 3 is not the one the checkpoint of {points[2].ts} saw (hash "
+        f"{points[2].hash[:12]}…, now {now[3][:12]}…): the log was written again from there",
+        *(f"event {p.seq} is not the one the checkpoint of {p.ts} saw (hash {p.hash[:12]}…, "
+          f"archived in {where} as {now[p.seq][:12]}…): the log was written again from "
+          "there before it was archived" for p in points)]
+
+
+def test_an_archive_of_one_event_proves_its_checkpoint(sqlite_url: str, tmp_path: Path) -> None:
+    from bot.store import archive
+    from bot.store.db import now_iso
+
+    engine = db.connect(sqlite_url)
+    fill(engine, 1)
+    checkpoints.record(engine, tmp_path / "cp")
+    cut = now_iso()
+    fill(engine, 1)
+    assert archive.archive(engine, cut, tmp_path / "a.jsonl", "auditor").up_to_seq == 1
+    assert checkpoints.check(engine, tmp_path / "cp") == (1, [])
+
+
+def test_an_archive_that_cannot_be_proven_is_named_exactly(sqlite_url: str,
+                                                           tmp_path: Path) -> None:
+    import hashlib
+
+    from tests.bot.store import test_audit_chain_start as start
+
+    log = start.archived_log(db.connect(sqlite_url), tmp_path)
+    recorded = start.record(log)
+    name = "the archive of events 1-5 (audit_archived event 9)"
+    start.recompute_from(log.engine, 9, canonical(
+        {k: v for k, v in recorded.items() if k != "sha256"}))
+    assert checkpoints.check(log.engine, log.points)[1] == [
+        f"{name} does not name its file and sha256: it cannot be proven"]
+    start.recompute_from(log.engine, 9, canonical(recorded))
+    start.rewritten_archived_event(log)
+    got = hashlib.sha256(log.archive.read_bytes()).hexdigest()
+    assert checkpoints.check(log.engine, log.points)[1] == [
+        f"{name} cannot be proven: {log.archive} is not the file archived (sha256 {got[:12]}…, "
+        f"recorded {str(recorded['sha256'])[:12]}…)"]
+
+
+def test_an_archive_whose_record_was_rewritten_with_its_row_is_named_exactly(
+        sqlite_url: str, tmp_path: Path) -> None:
+    from tests.bot.store import test_audit_chain_start as start
+
+    log = start.archived_log(db.connect(sqlite_url), tmp_path)
+    start.rewritten_record_and_row(log)
+    problems = checkpoints.check(log.engine, log.points)[1]
+    assert problems[-1] == (
+        f"the archive of events 1-7 (audit_archived event 9) cannot be proven: {log.archive} "
+        f"holds events 1-5 ending at hash {log.hashes[5][:12]}…, not those its event records")
