@@ -225,7 +225,10 @@ def test_manual_resume_holds_for_a_person(make_bot: BotFactory) -> None:
         executions.set_fields(conn, execution_id, stage="steps", lease_until=time.time() - 1)
     dead.close()
     survivor = Engine(bot, sleep=lambda s: None)
-    assert survivor.drive(execution_id).state == "held"
+    held = survivor.drive(execution_id)
+    assert (held.state, held.error) == ("held", (
+        f"the engine driving it (dead-engine) stopped at stage steps; the runbook says resume: "
+        f"manual: `runbook resume {execution_id}` or `runbook cancel {execution_id}`"))
     assert fakes.JOURNAL == []
     bot.resume(execution_id, "alice")
     assert survivor.drive(execution_id).state == "succeeded"
@@ -418,11 +421,13 @@ def test_a_new_plan_needing_no_approval_is_logged_and_run(
         make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     bot = make_bot({"demo": runbook([record("a", "a")])})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
-    before, ex, _ = drive_with_plan(bot, monkeypatch, execution_id, hash="f" * 64)
+    before, ex, _ = drive_with_plan(bot, monkeypatch, execution_id, hash="f" * 64,
+                                    break_glass=True)
     assert ex.state == "succeeded" and ex.plan_hash == "f" * 64
+    assert ex.plan.break_glass  # the plan it ran is stored with its hash
     assert logged(bot, execution_id, "replanned") == [("engine", {
         "old_plan_hash": before.hash, "new_plan_hash": "f" * 64,
-        "changes": ["the plan's details changed (same operations)"],
+        "changes": ["break_glass: False -> True"],
         "why": "the plan made at start differs; its policy needs no approval"})]
 
 
@@ -432,12 +437,14 @@ def test_a_new_plan_needing_approval_voids_the_old_one_and_asks_again(
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     bot.approve(execution_id, "carol")
     asked = time.time()
-    before, ex, said = drive_with_plan(bot, monkeypatch, execution_id, hash="f" * 64)
+    before, ex, said = drive_with_plan(bot, monkeypatch, execution_id, hash="f" * 64,
+                                       break_glass=True, outside_window=True)
     assert ex.state == "awaiting_approval" and ex.plan_hash == "f" * 64
     assert ex.approvals_required == 1 and ex.approval_deadline is not None
     expires = before.approval.expires_seconds
     assert asked + expires <= ex.approval_deadline <= time.time() + expires
-    what = "the plan's details changed (same operations)"
+    what = "break_glass: False -> True; outside_window: False -> True"
+    assert not logged(bot, execution_id, "approval_missing")  # asked once, then it waits
     assert logged(bot, execution_id, "approval_voided") == [("engine", {
         "approved_plan_hash": before.hash, "new_plan_hash": "f" * 64, "required": 1,
         "what": what, "why": "the plan to run is not the approved one: approve the new plan"})]
@@ -588,3 +595,69 @@ def test_an_engine_that_lost_the_execution_holds_nothing_and_says_it_stopped(
     assert bot.get(execution_id).state == "approved" and not logged(bot, execution_id, "held")
     assert said.lines == [(execution_id, f"stopped driving: execution {execution_id}: "
                                          "another engine claimed it")]
+
+
+def test_an_ending_at_start_writes_nothing_once_the_row_is_no_longer_approved(
+        make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each way _start ends a run (locks lost, no plan, other locks) expects it approved:
+    a row that changed since the engine read it (asked again meanwhile) is left alone."""
+    from dataclasses import replace
+
+    from bot.store.schema import locks
+    from bot.store.words import State
+    from kit.errors import Refused
+
+    bot = make_bot({"demo": runbook([record("a", "a")])})
+
+    def no_plan(ex: Any) -> Any:
+        raise Refused("no plan")
+
+    for node, cause in (("gpu01", "locks"), ("gpu02", "no plan"), ("gpu03", "other locks")):
+        execution_id = bot.request("demo", {"node": node}, "alice")  # approved at once
+        engine = Engine(bot, sleep=lambda s: None)
+        claim = engine._claim(execution_id)
+        assert claim is not None
+        stale = engine._load(execution_id)
+        with bot.db.begin() as conn:
+            executions.set_fields(conn, execution_id, state=State.AWAITING_APPROVAL)
+            if cause == "locks":
+                conn.execute(locks.delete().where(locks.c.execution_id == execution_id))
+        if cause == "no plan":
+            monkeypatch.setattr(bot, "replan", no_plan)
+        if cause == "other locks":
+            monkeypatch.setattr(bot, "replan", lambda ex: replace(
+                ex.plan, hash="f" * 64, locks=[*ex.plan.locks, "site"]))
+        engine._start(claim, stale)
+        engine.close()
+        assert bot.get(execution_id).state == "awaiting_approval", cause
+        assert not logged(bot, execution_id, "finished"), cause
+
+
+def test_a_takeover_with_no_step_under_way_does_not_wait_out_the_old_lease(
+        make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The clock the engine waits by is the test's: with no step under way nothing is run
+    twice, so the new engine goes on at once (however long the old lease and the skew)."""
+    from types import SimpleNamespace
+
+    from bot.execution import engine as engine_module
+
+    def wait(seconds: float) -> None:
+        raise AssertionError(f"waited {seconds:.0f}s for the old lease")
+
+    monkeypatch.setattr(engine_module, "time", SimpleNamespace(
+        time=time.time, monotonic=time.monotonic, sleep=wait))
+    bot = make_bot({"demo": runbook([record("a", "a"), record("b", "b")])},
+                   engine={"clock_skew_seconds": 600})
+    execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
+    dead = Engine(bot, owner="dead-engine")
+    claim = dead._claim(execution_id)
+    assert claim is not None
+    dead._start(claim, dead._load(execution_id))
+    with bot.db.begin() as conn:  # stopped between two steps
+        executions.set_fields(conn, execution_id, stage="steps", lease_until=time.time() - 1)
+    dead.close()
+    survivor = Engine(bot, sleep=lambda s: None)
+    assert survivor.drive(execution_id).state == "succeeded"  # no wait: it would raise
+    survivor.close()
+    assert logged(bot, execution_id, "resumed") == [("engine", {
+        "stage": "steps", "previous_engine": "dead-engine", "step_under_way": None})]
