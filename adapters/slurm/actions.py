@@ -217,10 +217,12 @@ class _SlurmAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
                       health_drains: tuple[str, ...] = ()) -> dict[str, str]:
         return {} if override else reasons.not_liftable(nodes, health_drains)
 
-    def _refuse_others_drain(self, node: NodeInfo, what: str) -> None:
+    def _refuse_others_drain(self, node: NodeInfo, what: str,
+                             health_drains: tuple[str, ...] = ()) -> None:
         """Before resuming ``node`` inside a reservation to work on it: another owner's
-        drain (or the bot's for a failed check) is not ours to lift."""
-        stays = reasons.not_liftable([node])
+        drain (or the bot's for a failed check) is not ours to lift; ``health_drains``: a
+        node health check's drains the work's own health check answers (reasons.py)."""
+        stays = reasons.not_liftable([node], health_drains)
         if stays:
             raise ActionError(f"{node.name} is {stays[node.name]}: {what} would lift that "
                               "drain, so nothing was changed")

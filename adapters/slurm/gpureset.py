@@ -121,7 +121,8 @@ class GpuResetAction(GpuGated, _SlurmAction):
         self._lines(args)  # every command allow-listed: fail before touching the node
         self._require_reservation(args)
         (node,) = self._read([args.node], with_jobs=False)  # once: a reboot sets its own
-        self._refuse_others_drain(node, "the reset")
+        # the reset ends in the health check and the GPU gate: it answers NHC's GPU drain
+        self._refuse_others_drain(node, "the reset", self.config.health_check_drains)
         gpus = node.gpus_total  # what the GPU gate expects after each health check
         attempts: list[dict[str, Any]] = []
         if args.method == "reset":

@@ -247,6 +247,21 @@ def test_a_drain_someone_else_made_is_refused_before_any_change(clock: Clock) ->
     assert backend.calls == [] and backend.state["gpu03"].reason.startswith("bob")
 
 
+def test_a_node_health_checks_gpu_drain_is_answered_by_the_reset(clock: Clock) -> None:
+    """NHC's GPU drain (slurm.health_check_drains) is lifted inside the reservation: the
+    reset ends in its own health check; a person's part beside it still refuses."""
+    nhc = "NHC: gpu-health-check: Page Retirement/Row Remap Fail - GPU: 3"
+    backend = Node()
+    backend.state["gpu03"] = replace(backend.state["gpu03"], reason=nhc)
+    result = action(backend, clock).run(arguments(), context())
+    assert "health check passed" in result.summary
+    backend = Node()
+    backend.state["gpu03"] = replace(backend.state["gpu03"], reason=f"bob: PSU ++ {nhc}")
+    with pytest.raises(ActionError, match="drained by someone else"):
+        action(backend, clock).run(arguments(), context())
+    assert backend.calls == []
+
+
 # --- the GPU gate after each health check (adapters/prometheus/gate.py) ------------------
 
 
