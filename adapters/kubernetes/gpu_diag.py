@@ -17,8 +17,6 @@ from adapters.actions import (
     ActionContext,
     ActionError,
     ActionResult,
-    ActionStopped,
-    ActionTimeout,
     Seconds,
     StrictArguments,
 )
@@ -62,15 +60,7 @@ class GpuDiagAction(KubernetesAction):
     def run(self, args: GpuDiagArguments, ctx: ActionContext) -> ActionResult:
         node = self.backend.get_node(args.node)
         job = self._job(args, node, ctx.execution_id)
-        try:
-            job.create()
-            done = job.finished(ctx, args.poll, "dcgmi diag")
-            log = job.log()
-        except ActionError as exc:  # a stop, the timeout, the API: the node stays out
-            job.delete()
-            kind = type(exc) if isinstance(exc, ActionStopped | ActionTimeout) else ActionError
-            raise kind(self._kept_out(node, f"dcgmi diag did not finish: {exc}", ctx)) from exc
-        job.delete()
+        done, log = job.run(ctx, args.poll, "dcgmi diag", "dcgmi diag did not finish")
         details: dict[str, Any] = {"node": args.node, "job": job.name, "outcome": done.outcome,
                                    "argv": job.argv, "log": log[-OUTPUT_LIMIT:]}
         if done.outcome != "complete":

@@ -17,8 +17,6 @@ from adapters.actions import (
     ActionContext,
     ActionError,
     ActionResult,
-    ActionStopped,
-    ActionTimeout,
     Seconds,
     StrictArguments,
 )
@@ -70,16 +68,7 @@ class GpuIdentityAction(GpuGated, KubernetesAction):
                       job_name("gpu-identity", ctx.execution_id, node.name), node,
                       list(self.config.gpu_diag.identity_command), "gpu-identity", JOB_LABEL,
                       args.timeout)
-        try:
-            job.create()
-            done = job.finished(ctx, args.poll, "nvidia-smi")
-            log = job.log()
-        except ActionError as exc:  # a stop, the timeout, the API: the node stays out
-            job.delete()
-            kind = type(exc) if isinstance(exc, ActionStopped | ActionTimeout) else ActionError
-            raise kind(kept_out(self.backend, node, f"GPU swap: nvidia-smi did not finish: "
-                                f"{exc}", ctx)) from exc
-        job.delete()
+        done, log = job.run(ctx, args.poll, "nvidia-smi", "GPU swap: nvidia-smi did not finish")
         before = [GpuIdentity(**b) for b in (ctx.earlier(args.before) or {}).get("before", [])]
         after = parse_identities(log).get(args.gpu) if done.outcome == "complete" else None
         try:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.actions import ActionContext, ActionError, ActionTimeout
+from adapters.actions import ActionContext, ActionError, ActionStopped, ActionTimeout
 from adapters.kubernetes import cordons
 from adapters.kubernetes.backend import (
     Job,
@@ -91,6 +91,21 @@ class NodeJob:
         pods = self.backend.list_pods(self.config.namespace,
                                       label_selector=f"job-name={self.name}")
         return self.backend.pod_log(self.config.namespace, pods[0].name) if pods else ""
+
+    def run(self, ctx: ActionContext, poll: float, what: str, unfinished: str) -> tuple[Job, str]:
+        """Create, wait for and read the Job, then delete it: its outcome and its pod's log.
+        A stop, the timeout or the API failing deletes it too and keeps the node out (a
+        stop stays a stop, a timeout a timeout), the error saying ``unfinished``."""
+        try:
+            self.create()
+            done = self.finished(ctx, poll, what)
+            log = self.log()
+        except ActionError as exc:
+            self.delete()
+            kind = type(exc) if isinstance(exc, ActionStopped | ActionTimeout) else ActionError
+            raise kind(kept_out(self.backend, self.node, f"{unfinished}: {exc}", ctx)) from exc
+        self.delete()
+        return done, log
 
     def delete(self) -> None:
         # an error: its ttlSecondsAfterFinished removes it; the verdict matters more
