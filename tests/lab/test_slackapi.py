@@ -124,7 +124,9 @@ def test_post_thread_update_and_the_channel(slack: slackclient.LabSlack) -> None
     assert link.endswith(f"?thread_ts={posted['ts']}&cid=C0RUNBOOK")
     assert client.usergroups_users_list(usergroup="S0GPULEADS")["users"] == ["U0CAROL", "U0DAVE"]
     assert client.users_info(user="U0ALICE")["user"]["name"] == "alice"
-    assert client.conversations_info(channel="C0RUNBOOK")["channel"]["name"] == "gpu-ops"
+    with pytest.raises(SlackApiError) as unscoped:  # the app manifest grants no channels:read
+        client.conversations_info(channel="C0RUNBOOK")
+    assert unscoped.value.response["error"] == "missing_scope"
     assert TS.match(client.chat_postEphemeral(channel="C0RUNBOOK", user="U0BOB",
                                               text="only you")["message_ts"])
     update_call = slackclient.calls(slack.url, "chat.update")[-1]

@@ -12,6 +12,7 @@ from typing import Any
 from bot.runtime.tasks import Task
 from bot.runtime.web import Response, Route, json_response
 from bot.service import Service
+from bot.surfaces.slack import scopes
 from bot.surfaces.slack import secrets as slack_secrets
 from bot.surfaces.slack.app import Listeners, build_app
 from bot.surfaces.slack.identity import Identities
@@ -53,6 +54,7 @@ class SlackSurface:
         except Exception as exc:
             raise SlackSetupError(f"Slack did not accept the bot token at "
                                   f"{secrets.api_url or SLACK_API}: {_reason(exc)}") from exc
+        self.features_off = scopes.check(self.client)  # logged; never fails the start
         self.identities.refresh_if_due()
 
     @property

@@ -1,5 +1,5 @@
 """`python3 -m slackapi --port N (--tokens-file F | --bot-token T --app-token T)
-[--state FILE] [--log FILE] [--host H]`.
+[--state FILE] [--log FILE] [--host H] [--manifest FILE]`.
 
 The tokens file is JSON {"bot_token": "xoxb-...", "app_token": "xapp-..."} (other keys are
 ignored); it keeps the tokens out of `ps`. The log never shows a token.
@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from . import scopes
 from .server import SlackServer, Tokens
 
 
@@ -28,6 +29,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--state", type=Path, help="JSON state file: loaded when present, "
                    "written while running")
     p.add_argument("--log", type=Path, help="request log file (default: stderr)")
+    p.add_argument("--manifest", type=Path, default=scopes.MANIFEST,
+                   help="the Slack app manifest whose bot scopes the bot token is granted "
+                   "(default: the shipped deploy/slack-app-manifest.yaml)")
     return p.parse_args(argv)
 
 
@@ -51,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                                 else logging.StreamHandler())
     logging.basicConfig(level=logging.INFO, handlers=[handler],
                         format="%(asctime)s %(levelname)s %(message)s")
-    server = SlackServer((args.host, args.port), tokens(args), args.state)
+    server = SlackServer((args.host, args.port), tokens(args), args.state, args.manifest)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt

@@ -4,7 +4,8 @@ Argument rules follow Slack: a required argument that is absent answers `invalid
 (with `response_metadata.messages` "[ERROR] missing required field: NAME"); one that is present
 but names nothing answers the method's own error (`channel_not_found`, `message_not_found`,
 `user_not_found`, `no_such_subteam`). Tokens: bot-token methods answer
-`not_allowed_token_type` to the app token and apps.connections.open to the bot token.
+`not_allowed_token_type` to the app token and apps.connections.open to the bot token; a
+bot-token method whose scope the manifest does not grant answers `missing_scope` (scopes.py).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import blocks as bk
+from . import scopes
 from .journal import Journal
 from .workspace import (
     APP_ID,
@@ -63,6 +65,7 @@ class Call:
     host: str  # host:port the client reached us on (for apps.connections.open)
     ws: Workspace
     journal: Journal
+    scopes: frozenset[str]  # the bot token's scopes (the app manifest's)
 
 
 def flag(value: Any) -> bool:
@@ -347,7 +350,8 @@ METHODS: dict[str, tuple[Handler, frozenset[str] | None]] = {
 
 
 def authorize(call: Call) -> Handler:
-    """The method's handler once the call may run: unknown_method first, then the token."""
+    """The method's handler once the call may run: unknown_method first, then the token,
+    then the bot token's scopes."""
     entry = METHODS.get(call.method)
     if entry is None:
         raise ApiError("unknown_method", extra={"req_method": call.method})
@@ -359,4 +363,7 @@ def authorize(call: Call) -> Handler:
             raise ApiError("invalid_auth")
         if call.token not in kinds:
             raise ApiError("not_allowed_token_type")
+    lacking = scopes.missing(call.method, call.scopes) if call.token == "bot" else None
+    if lacking is not None:
+        raise ApiError("missing_scope", extra=lacking)
     return handler

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from . import control, files, socketmode, webapi
+from . import control, files, scopes, socketmode, webapi
 from .journal import Journal
 from .plumbing import BadRequest
 from .socketmode import SocketHub
@@ -48,9 +48,10 @@ class SlackServer(ThreadingHTTPServer):
     request_queue_size = 64
 
     def __init__(self, address: tuple[str, int], tokens: Tokens,
-                 state_file: Path | None = None) -> None:
+                 state_file: Path | None = None, manifest: Path = scopes.MANIFEST) -> None:
         super().__init__(address, Handler)
         self.tokens = tokens
+        self.scopes = scopes.bot_scopes(manifest)  # what the bot token was granted
         self.ws = Workspace()
         self.journal = Journal()
         self.hub = SocketHub()

@@ -1,6 +1,7 @@
 """The Web API at /api/METHOD: one pipeline for every method. Slack's argument parsing (query,
 form, multipart, JSON), the token, methods.authorize (the table methods.METHODS), an armed
-fault, the method itself; then the call is recorded without token values, and answered."""
+fault, the method itself; then the call is recorded without token values, and answered. A
+bot-token answer carries X-OAuth-Scopes (the scopes granted), as Slack's do."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ from email.message import Message
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
-from . import methods
+from . import methods, scopes
 from .journal import scrub
 from .methods import ApiError, Call
 from .plumbing import content_type, first_values, parse_multipart
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
     from .server import Handler
 
 Obj = dict[str, Any]
-BOT_SCOPES = ("chat:write,commands,users:read,users:read.email,usergroups:read,channels:read,"
-              "groups:read,im:read,im:write,channels:history")
 ARG_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 CHARSETS = ("utf-8", "utf8", "iso-8859-1")
 
@@ -174,7 +173,7 @@ def handle(req: Handler, method: str, query: str) -> str:
     token = take_token(req.headers, args)
     srv = req.server
     call = Call(method=method, args=args.values, token=srv.tokens.kind(token), host=req.host(),
-                ws=srv.ws, journal=srv.journal)
+                ws=srv.ws, journal=srv.journal, scopes=frozenset(srv.scopes))
     headers = {"X-Slack-Req-Id": uuid.uuid4().hex}
     answer, fault = run(call, args.error)
     status, body, extra = answer
@@ -183,7 +182,8 @@ def handle(req: Handler, method: str, query: str) -> str:
         body["warning"] = args.warning
         body.setdefault("response_metadata", {}).setdefault("warnings", []).append(args.warning)
     if call.token == "bot":
-        headers["X-OAuth-Scopes"] = BOT_SCOPES
+        headers["X-OAuth-Scopes"] = ",".join(srv.scopes)
+        headers["X-Accepted-OAuth-Scopes"] = ",".join(scopes.NEEDED.get(method, ()))
     record(req, call, args.transport, token, answer, fault, began)
     srv.touch()
     req.send_json(status, body, headers)
