@@ -11,8 +11,9 @@ LAB := deploy/lab/lab
 # PostgreSQL for the store's tests, rsyslog (and its TLS driver) for the audit shipping's,
 # Chromium for the console's browser tests (driven by Playwright, never its own browsers),
 # debootstrap for the lab's newer Slurm (24.11, 26.05 from Debian roots: lab up --slurm);
+# zsh for the shell completion tests;
 # the lab installs its own packages (Slurm, MariaDB...).
-DEBIAN_PACKAGES := postgresql rsyslog rsyslog-openssl chromium debootstrap
+DEBIAN_PACKAGES := postgresql rsyslog rsyslog-openssl chromium debootstrap zsh
 
 .PHONY: demo test lint unit bench mutate deps venv lab-up lab-down clean image
 

@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", help="configuration file (default: $RUNBOOK_CONFIG, "
                                          "else built-in defaults)")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print the version of runbook and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -54,7 +56,31 @@ def _parser() -> argparse.ArgumentParser:
     _version_and_process_commands(add)
     _node_and_proposal_commands(add)
     _worker_commands(add)
+    _output_commands(add)
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: from the installed package's metadata, read only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("gpu-runbook-bot")
+        except PackageNotFoundError:
+            found = "unknown (not installed)"
+        print(f"runbook {found}")
+        parser.exit()
+
+
+def _output_commands(add: _Add) -> None:
+    """Completion (and the other commands for tools and editors)."""
+    p = add("completion", "print the shell completion script (bash or zsh): "
+                          'eval "$(runbook completion bash)"')
+    p.add_argument("shell", choices=["bash", "zsh", "words"])
+    p.add_argument("--line", help=argparse.SUPPRESS)  # words: the line so far (bash)
+    p.add_argument("words", nargs="*", help=argparse.SUPPRESS)  # words: the words (zsh)
 
 
 def _runbook_commands(add: _Add) -> None:
@@ -888,6 +914,18 @@ def _follow_window(bot: Service, window_id: int) -> int:
     return EXIT_OK if window.state in (windows.OPEN, windows.CLOSED) else EXIT_FAILED
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    from bot.surfaces import completion
+
+    if args.shell != "words":
+        print(completion.SCRIPTS[args.shell], end="")
+        return EXIT_OK
+    words = completion.words_of_line(args.line) if args.line is not None else args.words
+    completion.answer(_parser(), words, print, os.environ.get("COMP_WORDBREAKS")
+                      if args.line is not None else None)
+    return EXIT_OK
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": cmd_list,
     "describe": cmd_describe,
@@ -915,6 +953,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "breaker": cmd_breaker,
     "schedule": lambda a: cmd_scheduled(a, "schedule"),
     "window": lambda a: cmd_scheduled(a, "window"),
+    "completion": cmd_completion,
 }
 
 if __name__ == "__main__":
