@@ -15,18 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from adapters.actions import StrictArguments
 from bot.runbooks import params, templating
 from bot.runbooks.catalogue import TAKES_OUT
 from bot.runbooks.model import CHECK_KINDS, CheckSpec, Runbook
+from kit import yamldoc
 from kit.canonical import canonical
 
 Path_ = tuple[str | int, ...]
-MAX_NODES = 50_000  # YAML nodes in one file, aliases expanded: a runbook is far smaller
-MAX_DEPTH = 64  # nesting of mappings and lists
 
 
 class RunbookError(Exception):
@@ -119,98 +117,22 @@ def load_all(
     return found
 
 
-# --- YAML with line numbers -------------------------------------------------
+# --- YAML with line numbers (kit.yamldoc) ------------------------------------
 
 
 def _parse_yaml(source: str, path: Path) -> tuple[Any, dict[Path_, int]]:
-    """The document and the line of each value. libyaml parses (about ten times faster:
-    every command loads every runbook); a file it refuses is parsed again in Python, whose
-    errors name the line and the problem as this module reports them."""
-    fast = getattr(yaml, "CSafeLoader", None)
-    if fast is not None:
-        try:
-            return _parse_with(fast, source, path)
-        except (RunbookError, yaml.YAMLError):
-            pass
-    return _parse_with(yaml.SafeLoader, source, path)
-
-
-def _parse_with(loader_class: Any, source: str,
-                path: Path) -> tuple[Any, dict[Path_, int]]:
+    """The document and the line of each value (kit.yamldoc); an empty file is refused."""
     try:
-        loader = loader_class(source)
-    except yaml.reader.ReaderError as exc:  # a character YAML does not allow
-        line = source.count("\n", 0, exc.position) + 1
-        raise RunbookError(
-            [f"{path}:{line}: not valid YAML: character #x{exc.character:04x} is not allowed"]
-        ) from exc
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            raise RunbookError([f"{path}: the file is empty"])
-        lines: dict[Path_, int] = {}
-        _walk(node, (), lines, path, set(), [0])
-        return loader.construct_document(node), lines
-    except RecursionError as exc:
-        raise RunbookError([f"{path}: the YAML is nested too deeply"]) from exc
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else 0
-        raise RunbookError([f"{path}:{line}: not valid YAML: {exc.problem}"]) from exc
-    except yaml.YAMLError as exc:
-        raise RunbookError([f"{path}: not valid YAML: {exc}"]) from exc
-    finally:
-        loader.dispose()
+        data, lines = yamldoc.parse(source, path)
+    except yamldoc.YamlProblem as exc:
+        raise RunbookError(exc.problems) from exc
+    if data is None and not lines:
+        raise RunbookError([f"{path}: the file is empty"])
+    return data, lines
 
 
-def _walk(
-    node: yaml.Node,
-    at: Path_,
-    lines: dict[Path_, int],
-    path: Path,
-    ancestors: set[int],
-    count: list[int],
-) -> None:
-    count[0] += 1
-    if count[0] > MAX_NODES:
-        raise RunbookError([f"{path}: too large (more than {MAX_NODES} YAML values with aliases)"])
-    if len(at) > MAX_DEPTH:
-        line = node.start_mark.line + 1
-        raise RunbookError([f"{path}:{line}: nested more than {MAX_DEPTH} levels deep"])
-    if id(node) in ancestors:
-        line = node.start_mark.line + 1
-        raise RunbookError([f"{path}:{line}: an alias refers to a value that contains it"])
-    lines.setdefault(at, node.start_mark.line + 1)
-    if not isinstance(node, yaml.MappingNode | yaml.SequenceNode):
-        return
-    ancestors = ancestors | {id(node)}
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            key = str(key_node.value)
-            if key in seen:
-                line = key_node.start_mark.line + 1
-                raise RunbookError([f'{path}:{line}: "{key}" appears twice in the same mapping'])
-            seen.add(key)
-            lines[(*at, key)] = key_node.start_mark.line + 1
-            _walk(value_node, (*at, key), lines, path, ancestors, count)
-    else:
-        for index, item in enumerate(node.value):
-            _walk(item, (*at, index), lines, path, ancestors, count)
-
-
-@dataclass(frozen=True)
-class _Locator:
-    path: Path
-    lines: dict[Path_, int]
-
-    def at(self, loc: Path_, message: str) -> str:
-        probe = tuple(loc)
-        while probe and probe not in self.lines:
-            probe = probe[:-1]
-        line = self.lines.get(probe)
-        field = _dotted(loc)
-        prefix = f"{self.path}:{line}" if line else str(self.path)
-        return f"{prefix}: {field}: {message}" if field else f"{prefix}: {message}"
+_Locator = yamldoc.Locator
+_dotted = yamldoc.dotted
 
 
 def _plain_data_problems(value: Any, at: Path_, where: _Locator) -> Iterable[str]:
@@ -229,13 +151,6 @@ def _plain_data_problems(value: Any, at: Path_, where: _Locator) -> Iterable[str
     elif value is not None and not isinstance(value, str | int | float):
         kind = type(value).__name__
         yield where.at(at, f"a {kind} value is not allowed here (quote it to make it text)")
-
-
-def _dotted(loc: Path_) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
 
 
 def _pydantic_message(error: Any) -> str:

@@ -49,17 +49,17 @@ def test_both_destinations_with_paths_relative_to_the_file(tmp_path: Path) -> No
     ({"syslog": {"host": "h", "tls": True, "cert_file": "c.pem"}}, "cert_file and key_file "
      "go together"),
     ({"syslog": {"host": "h", "sd_id": "a b"}}, "is not an SD-ID"),
-    ({"syslog": {"host": "h", "facility": 4}}, "audit.ship.syslog.facility: Extra inputs"),
+    ({"syslog": {"host": "h", "facility": 4}}, "audit.ship.syslog.facility: unknown field"),
     ({"otlp": {"endpoint": "collector:4318"}}, "is not a URL like http://collector:4318"),
     ({"otlp": {"endpoint": "http://c", "headers": {"Authorization": "Bearer x"}}},
      "headers: secrets do not belong in the configuration file"),
     ({"batch": 0}, "audit.ship.batch: Input should be greater than or equal to 1"),
     ({"retry_seconds": 10, "max_retry_seconds": 5}, "max_retry_seconds must be at least"),
-    ({"kafka": {}}, "audit.ship.kafka: Extra inputs are not permitted"),
+    ({"kafka": {}}, "audit.ship.kafka: unknown field"),
 ])
 def test_a_malformed_section_is_refused_saying_why(tmp_path: Path, ship: dict[str, Any],
                                                     said: str) -> None:
-    with pytest.raises(ConfigError, match="bot.yaml: .*" + said.replace("(", r"\(")) as error:
+    with pytest.raises(ConfigError, match=r"bot.yaml:\d+: .*" + said.replace("(", r"\(")) as error:
         load_config(written(tmp_path, ship))
     assert "Bearer x" not in str(error.value)
 
