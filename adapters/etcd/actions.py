@@ -26,6 +26,7 @@ from adapters.actions import (
 from adapters.etcd.backend import EtcdBackend, EtcdCommands, EtcdctlBackend, EtcdError, sha256_of
 from adapters.etcd.config import EtcdConfig
 from adapters.host import confined
+from kit.durations import format_duration
 
 
 def _absolute(value: str) -> str:
@@ -207,7 +208,7 @@ class HealthAction(_EtcdAction):
     def plan(self, args: HealthArguments) -> list[str]:
         line = self.commands.shown(self.commands.health())
         if args.wait:
-            line += f"  # until every endpoint is healthy, at most {args.wait:g}s"
+            line += f"  # until every endpoint is healthy, at most {format_duration(args.wait)}"
         return [line]
 
     def run(self, args: HealthArguments, ctx: ActionContext) -> ActionResult:
@@ -226,7 +227,7 @@ class HealthAction(_EtcdAction):
             if time.monotonic() >= deadline:
                 problems = "; ".join(f"{h.endpoint}: {h.error}" for h in sick)
                 raise ActionError(f"etcd: {len(sick)} of {len(health)} endpoint(s) unhealthy"
-                                  + (f" after {args.wait:g}s" if args.wait else "")
+                                  + (f" after {format_duration(args.wait)}" if args.wait else "")
                                   + f": {problems}")
             ctx.checkpoint(f"waiting for {len(sick)} etcd endpoint(s) to be healthy")
             self._sleep(max(0.05, ctx.pause(0.5)))

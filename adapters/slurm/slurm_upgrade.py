@@ -26,6 +26,7 @@ from adapters.slurm.backend import SlurmBackend, SlurmError
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.daemons import CliDaemonReads, DaemonReads, NodeDaemon
 from adapters.slurm.versions import parse_version, supported_span, window_problems
+from kit.durations import format_duration
 
 Install = Callable[[HostCommand, list[str], float], "subprocess.CompletedProcess[str]"]
 STAGES = ("the version window check", "the accounting database backup", "slurmdbd",
@@ -208,7 +209,7 @@ class DaemonUpgradeAction(_UpgradeBase):
     Arguments: ClassVar[type[Args]] = DaemonArguments
 
     def plan(self, args: DaemonArguments) -> list[str]:
-        within = f"at most {args.timeout:.0f}s"
+        within = f"at most {format_duration(args.timeout)}"
         if args.daemon == "slurmdbd":
             wait = ("wait until sacctmgr show configuration says SLURMDBD_VERSION="
                     f"{args.version}, sacctmgr lists the accounts and sdiag's DBD Agent queue "
@@ -340,7 +341,8 @@ class SlurmdUpgradeAction(_UpgradeBase):
         nodes, canary = nodes_of(args.nodes), nodes_of(args.canary) if args.canary else []
         groups = batches(nodes, canary, args.max_parallel)
         lines = [f"{len(nodes)} node(s) in {len(groups)} batch(es), jobs left running (no "
-                 f"drain); stop at the first failure; each batch within {args.node_timeout:.0f}s"]
+                 "drain); stop at the first failure; each batch within "
+                 f"{format_duration(args.node_timeout)}"]
         for number, group in enumerate(groups, 1):
             label = "canary" if canary and number == 1 else f"batch {number}"
             runs = "; ".join(shlex.join(self._command("slurmd-install",

@@ -25,7 +25,7 @@ from bot.runbooks.loading import LoadedRunbook
 from bot.runbooks.model import DEFAULT_REQUIRED, CheckSpec, Runbook
 from bot.runbooks.params import Inventory, WeakenedGuard, jsonable
 from kit.canonical import canonical
-from kit.durations import parse_duration
+from kit.durations import format_duration, parse_duration
 
 
 class PlanError(Exception):
@@ -48,7 +48,8 @@ class ApprovalPolicy:
             return "no approval needed"
         who = ", ".join(self.approvers) or "nobody (no approvers configured)"
         selfish = "" if self.self_approval else ", not the requester"
-        return f"{self.required} approval(s) from {who}{selfish}, within {self.expires_seconds:g}s"
+        return (f"{self.required} approval(s) from {who}{selfish}, within "
+                f"{format_duration(self.expires_seconds)}")
 
 
 @dataclass(frozen=True)

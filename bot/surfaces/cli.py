@@ -74,6 +74,11 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+def _json(parser: argparse.ArgumentParser,
+          text: str = "print JSON (shapes: docs/json-output.md)") -> None:
+    parser.add_argument("--json", action="store_true", help=text)
+
+
 def _output_commands(add: _Add) -> None:
     """Completion (and the other commands for tools and editors)."""
     p = add("completion", "print the shell completion script (bash or zsh): "
@@ -85,10 +90,13 @@ def _output_commands(add: _Add) -> None:
 
 def _runbook_commands(add: _Add) -> None:
     """List, describe, validate, plan, run."""
-    add("list", "list the runbooks")
-    add("describe", "show a runbook's parameters, policy and steps").add_argument("name")
+    _json(add("list", "list the runbooks"))
+    p = add("describe", "show a runbook's parameters, policy and steps")
+    p.add_argument("name")
+    _json(p)
     p = add("validate", "validate runbook files (default: the configured runbooks)")
     p.add_argument("paths", nargs="*")
+    _json(p)
     for name, text in (("plan", "print the plan and its hash; changes nothing"),
                        ("run", "request an execution (prints its ID first)")):
         p = add(name, text)
@@ -98,6 +106,8 @@ def _runbook_commands(add: _Add) -> None:
                             "reference (policy.require_change)")
         p.add_argument("--break-glass", action="store_true",
                        help="override the capacity guard (needs one more approval)")
+        if name == "plan":
+            _json(p)
         if name == "run":
             p.add_argument("--wait", action="store_true",
                            help="wait for approval and drive the execution to its end here")
@@ -126,8 +136,11 @@ def _decision_commands(add: _Add) -> None:
 
 def _reading_commands(add: _Add) -> None:
     """Status, show, history, audit export and verify."""
-    add("status", "one execution's state").add_argument("id", type=int)
-    add("show", "one execution's timeline from the audit log").add_argument("id", type=int)
+    for name, text in (("status", "one execution's state"),
+                       ("show", "one execution's timeline from the audit log")):
+        p = add(name, text)
+        p.add_argument("id", type=int)
+        _json(p)
     p = add("history", "past and current executions")
     p.add_argument("--node")
     p.add_argument("--runbook")
@@ -159,7 +172,9 @@ def _reading_commands(add: _Add) -> None:
 
 def _version_and_process_commands(add: _Add) -> None:
     """Versions, diff, serve, chat."""
-    add("versions", "the versions of a runbook the bot has seen").add_argument("name")
+    p = add("versions", "the versions of a runbook the bot has seen")
+    p.add_argument("name")
+    _json(p)
     p = add("diff", "what changed between two versions of a runbook")
     p.add_argument("name")
     p.add_argument("v1")
@@ -206,6 +221,7 @@ def _worker_commands(add: _Add) -> None:
                         "show|approve|pause|resume|remove ID")
     p.add_argument("words", nargs="+", metavar="WORD")
     p.add_argument("--as", dest="as_user", help="act as USER (lab configs only)")
+    _json(p, "list and show: JSON (docs/json-output.md)")
     p = add("window", 'maintenance windows: create NODES start=... duration=... '
                       '[runbooks="NAME k=v; ..."] [reason=...]; list [all]; '
                       "show|approve|open|cancel ID")
@@ -214,6 +230,7 @@ def _worker_commands(add: _Add) -> None:
     p.add_argument("--wait", action="store_true",
                    help="open/cancel: drive the window's executions here until it is open "
                         "with its runbooks done, or closed")
+    _json(p, "list and show: JSON (docs/json-output.md)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -298,7 +315,12 @@ def _report(execution_id: int, line: str) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from bot.surfaces import json_output
+
     bot = _bot(args)
+    if args.json:
+        return _print_json([json_output.runbook_item(loaded)
+                            for _, loaded in sorted(bot.runbooks().items())])
     for name, loaded in sorted(bot.runbooks().items()):
         rb = loaded.runbook
         print(f"{name:<22} {rb.version:<10} {rb.risk:<7} {rb.summary}")
@@ -307,11 +329,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_describe(args: argparse.Namespace) -> int:
     from bot.execution.planning import approval_policy
+    from bot.surfaces import json_output
     from bot.surfaces.rendering import describe_text
 
     bot = _bot(args)
     loaded = bot.runbook(args.name)
-    print(describe_text(loaded, approval_policy(loaded.runbook, bot.config).describe()))
+    policy = approval_policy(loaded.runbook, bot.config).describe()
+    if args.json:
+        return _print_json(json_output.describe(loaded, policy))
+    print(describe_text(loaded, policy))
     return EXIT_OK
 
 
@@ -319,13 +345,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from bot.runbooks.catalogue import KNOWN
-    from bot.runbooks.loading import load_all
+    from bot.runbooks.loading import RunbookError, load_all
+    from bot.surfaces import json_output
 
     config = _config(args)
     paths = [Path(p) for p in args.paths] or config.runbook_paths
-    found = load_all(paths, {name: known[0] for name, known in KNOWN.items()})
+    try:
+        found = load_all(paths, {name: known[0] for name, known in KNOWN.items()})
+    except RunbookError as exc:
+        if not args.json:
+            raise
+        print(json_output.dumps(json_output.validation([], exc.problems)))
+        return EXIT_BAD_INPUT
     if not found:
         raise UsageError(f"no runbook files in {', '.join(str(p) for p in paths)}")
+    if args.json:
+        return _print_json(json_output.validation(
+            [loaded for _, loaded in sorted(found.items())], []))
     for name, loaded in sorted(found.items()):
         print(f"ok  {loaded.path}  {name} {loaded.runbook.version}")
     return EXIT_OK
@@ -333,10 +369,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from bot.runbooks.params import parse_assignments
+    from bot.surfaces import json_output
     from bot.surfaces.rendering import plan_text
 
     bot = _bot(args)
     plan = bot.plan(args.name, parse_assignments(args.params), break_glass=args.break_glass)
+    if args.json:
+        return _print_json(json_output.plan(plan))
     print(plan_text(plan))
     return EXIT_OK
 
@@ -417,19 +456,27 @@ def _decide(args: argparse.Namespace, verb: str) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from bot.surfaces import json_output
     from bot.surfaces.rendering import status_text
 
     bot = _bot(args)
     ex = bot.get(args.id)
+    if args.json:
+        return _print_json(json_output.execution(ex, bot.approvals(ex.id),
+                                                 bot.step_states(ex.id)))
     print(status_text(ex, bot.approvals(ex.id), bot.step_states(ex.id)))
     return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from bot.surfaces import json_output
     from bot.surfaces.rendering import status_text, timeline_text
 
     bot = _bot(args)
     ex, events = bot.timeline(args.id)
+    if args.json:
+        return _print_json(json_output.timeline(ex, bot.approvals(ex.id),
+                                                bot.step_states(ex.id), events))
     print(status_text(ex, bot.approvals(ex.id), bot.step_states(ex.id)))
     print()
     print(timeline_text(events))
@@ -594,6 +641,7 @@ def _iso(value: str | None) -> str | None:
 
 def cmd_versions(args: argparse.Namespace) -> int:
     from bot.runbooks import versions
+    from bot.surfaces import json_output
 
     bot = _bot(args)
     bot.runbooks()
@@ -601,6 +649,8 @@ def cmd_versions(args: argparse.Namespace) -> int:
         found = versions.listing(conn, args.name)
     if not found:
         raise UsageError(f'the bot has never seen a runbook "{args.name}"')
+    if args.json:
+        return _print_json([json_output.plain(version) for version in found])
     for version in found:
         print(f"{version.version:<12} sha256 {version.content_hash}  first seen "
               f"{version.first_seen}")
@@ -631,6 +681,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
         engine.run_pending(once=args.once)
     finally:
         engine.close()
+    _log_requests()
     return EXIT_OK
 
 
@@ -681,7 +732,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()  # SIGTERM (a pod stopping): give the leadership up, then exit
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    _log_requests()
     try:
         serve(bot, host, port, report, stop, routes=routes, tasks=tasks, alerts=alerts,
               mounts=mounts)
@@ -871,6 +921,8 @@ def cmd_scheduled(args: argparse.Namespace, noun: str) -> int:
     bot.runbooks()
     user = _user(args, bot)
     words = list(args.words)
+    if args.json:
+        return _scheduled_json(bot, noun, words)
     if noun == "schedule":
         reply = scheduled.schedule(bot, words, user, source="cli")
     else:
@@ -881,6 +933,28 @@ def cmd_scheduled(args: argparse.Namespace, noun: str) -> int:
     if (noun == "window" and args.wait and len(words) == 2 and words[0] in ("open", "cancel")
             and words[1].isdigit()):
         return _follow_window(bot, int(words[1]))
+    return EXIT_OK
+
+
+def _scheduled_json(bot: Service, noun: str, words: list[str]) -> int:
+    """``schedule|window list [all] --json`` (a list) and ``show ID --json`` (one)."""
+    from bot.schedule import scheduling, windows
+    from bot.surfaces import json_output
+
+    module: Any = scheduling if noun == "schedule" else windows
+    shape = json_output.schedule if noun == "schedule" else json_output.window
+    if words[0] == "list" and words[1:] in ([], ["all"]):
+        return _print_json([shape(found) for found in
+                            module.listing(bot, everything=words[1:] == ["all"])])
+    if words[0] == "show" and len(words) == 2 and words[1].isdigit():
+        return _print_json(shape(module.get(bot, int(words[1]))))
+    raise UsageError(f"--json shows {noun}s: {noun} list [all] --json, {noun} show ID --json")
+
+
+def _print_json(value: Any) -> int:
+    from bot.surfaces import json_output
+
+    print(json_output.dumps(value))
     return EXIT_OK
 
 

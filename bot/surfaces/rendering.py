@@ -64,11 +64,26 @@ def _checks(title: str, checks: list[PlannedCheck]) -> list[str]:
         if check.skipped:
             lines.append(f"  - {check.name}: skipped (when is false)")
             continue
-        spec = ", ".join(f"{k} {v}" for k, v in check.spec.items())
+        spec = ", ".join(f"{k} {v if isinstance(v, str) else readable(v)}"
+                         for k, v in check.spec.items())
         expect = f", expect {check.expect}" if check.expect else ""
         held = f" for {format_duration(check.for_seconds)}" if check.for_seconds else ""
         lines.append(f"  - {check.name}: {spec}{expect}{held}")
     return lines
+
+
+def readable(value: Any) -> str:
+    """A value of a plan as people write it: ``pool_of=gpu07 min_free_gpus_after=8`` for a
+    mapping, ``gpu01,gpu02`` for a list, never a Python repr."""
+    if isinstance(value, Mapping):
+        return " ".join(f"{k}={_nested(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ",".join(_nested(v) for v in value)
+    return value_text(value)
+
+
+def _nested(value: Any) -> str:
+    return f"({readable(value)})" if isinstance(value, Mapping) else readable(value)
 
 
 def describe_text(loaded: LoadedRunbook, policy: str) -> str:

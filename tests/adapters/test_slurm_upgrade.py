@@ -269,7 +269,7 @@ def test_slurmdbd_waits_for_its_version_the_accounts_and_an_empty_agent_queue() 
     assert upgrade.plan(DaemonArguments(daemon="slurmdbd", version="23.02.7")) == [
         "run on the bot host: site-install slurmdbd 23.02.7",
         "wait until sacctmgr show configuration says SLURMDBD_VERSION=23.02.7, sacctmgr lists "
-        "the accounts and sdiag's DBD Agent queue size is 0 (at most 600s)"]
+        "the accounts and sdiag's DBD Agent queue size is 0 (at most 10m)"]
 
 
 def test_slurmctld_waits_until_the_nodes_register_again() -> None:
@@ -338,7 +338,7 @@ def test_slurmd_canary_first_then_batches_jobs_left_running() -> None:
     assert all(n.started == "T0'" for n in daemons.nodes.values())
     plan = upgrade.plan(args)
     assert plan[0] == ("4 node(s) in 3 batch(es), jobs left running (no drain); stop at the "
-                       "first failure; each batch within 600s")
+                       "first failure; each batch within 10m")
     assert plan[1].startswith("canary gpu03: run on the bot host: site-install slurmd "
                               "22.05.8 gpu03; wait until")
     assert plan[2].startswith("batch 2 gpu[01-02]: run on the bot host: site-install slurmd "
