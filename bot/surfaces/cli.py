@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bot.store.words import Kind, State
+from bot.surfaces import setup_commands
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -57,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     _node_and_proposal_commands(add)
     _worker_commands(add)
     _output_commands(add)
+    setup_commands.add_commands(add)  # config check, db init
     return parser
 
 
@@ -1028,6 +1030,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "schedule": lambda a: cmd_scheduled(a, "schedule"),
     "window": lambda a: cmd_scheduled(a, "window"),
     "completion": cmd_completion,
+    "config": setup_commands.cmd_config,
 }
 
 if __name__ == "__main__":
