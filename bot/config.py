@@ -328,6 +328,23 @@ def shipped_runbooks() -> Path:
     return packaged if packaged.is_dir() else Path(__file__).parent.parent / "runbooks"
 
 
+# The databases the bot runs on (bot.store.db): SQLite, and PostgreSQL through psycopg 3.
+DATABASE_SCHEMES = ("sqlite", "sqlite+pysqlite", "postgresql", "postgresql+psycopg")
+
+
+def database_url_problem(url: str) -> str | None:
+    """Why the bot cannot use the database ``url``; None when its scheme is one it supports.
+    The URL is never echoed (it may hold a password): only its scheme."""
+    scheme, sep, _ = url.partition("://")
+    supported = ("use sqlite:///PATH or postgresql://USER@HOST/DATABASE (the bot supports "
+                 f"{', '.join(s + '://' for s in DATABASE_SCHEMES)})")
+    if not sep or not scheme:
+        return f"not a database URL: {supported}"
+    if scheme.lower() not in DATABASE_SCHEMES:
+        return f'"{scheme[:40]}://" is not a database the bot supports: {supported}'
+    return None
+
+
 def default_database_url() -> str:
     state = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
     return f"sqlite:///{state / 'gpu-runbook-bot' / 'bot.db'}"
@@ -484,6 +501,14 @@ class Config(BaseModel):
     @classmethod
     def _principals(cls, value: list[str]) -> list[str]:
         return principals(value)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database(cls, value: str | None) -> str | None:
+        problem = None if value is None else database_url_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _no_name_looks_unmapped(self) -> Config:

@@ -12,7 +12,9 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
+from bot.config import DB_URL_ENV, database_url_problem
 from bot.store.revision import HEAD_REVISION as HEAD_REVISION  # a new migration moves it
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -32,14 +34,29 @@ def now_iso() -> str:
 
 
 def connect(url: str, *, migrate: bool = True) -> Engine:
-    """An Engine for ``url`` with the schema at the head revision."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        engine = _sqlite_engine(url)
-    else:
-        if parsed.drivername == "postgresql":  # psycopg 3 rather than psycopg2
-            url = str(parsed.set(drivername="postgresql+psycopg").render_as_string(False))
-        engine = create_engine(url, pool_pre_ping=True)
+    """An Engine for ``url`` with the schema at the head revision. A URL the bot does not
+    support (its scheme, or a driver that is not installed) is a DatabaseError naming the
+    supported ones, never a traceback."""
+    problem = database_url_problem(url)
+    if problem is None:
+        try:
+            parsed = make_url(url)
+        except ArgumentError:
+            problem = "not a database URL: sqlite:///PATH or postgresql://USER@HOST/DATABASE"
+    if problem is not None:
+        raise DatabaseError(f"the database URL (database_url or {DB_URL_ENV}): {problem}")
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            engine = _sqlite_engine(url)
+        else:
+            if parsed.drivername == "postgresql":  # psycopg 3 rather than psycopg2
+                url = str(parsed.set(drivername="postgresql+psycopg").render_as_string(False))
+            engine = create_engine(url, pool_pre_ping=True)
+    except ImportError as exc:
+        raise DatabaseError(
+            f"the database driver for {parsed.drivername}:// is not installed ({exc.name}): "
+            "install the bot with its postgres extra (pip install 'gpu-runbook-bot[postgres]')"
+        ) from None
     if migrate:
         upgrade(engine)
     return engine
