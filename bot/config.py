@@ -102,6 +102,15 @@ class InventoryConfig(BaseModel):
     refresh_seconds: float = Field(default=5.0, ge=0, le=3600)
 
 
+class LoggingConfig(BaseModel):
+    """How `runbook serve` logs to stderr: text lines, or one JSON object per line (time,
+    level, logger, message, execution_id and runbook where there is one). The environment
+    variable RUNBOOK_LOG_FORMAT wins over it."""
+
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["text", "json"] = "text"
+
+
 class AlertRule(BaseModel):
     """An alert that proposes a runbook: labels to match, parameters from the alert's labels."""
 
@@ -490,6 +499,7 @@ class Config(BaseModel):
     slack: SlackConfig | None = None  # the Slack surface of `runbook serve`
     audit: AuditConfig = Field(default_factory=AuditConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)  # /ui of runbook serve
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)  # text or json lines
     mig: MigConfig = Field(default_factory=MigConfig)  # layouts mig-reconfigure may apply
     pools: PoolsConfig = Field(default_factory=PoolsConfig)  # handoff-node's marks
     remediation: RemediationConfig = Field(default_factory=RemediationConfig)  # XIDs, breaker

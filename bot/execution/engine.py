@@ -7,6 +7,7 @@ about an execution only under its claim, and never imports the command service o
 
 from __future__ import annotations
 
+import contextvars
 import os
 import secrets
 import signal
@@ -37,6 +38,7 @@ from bot.runbooks.catalogue import Catalogue
 from bot.store import audit
 from bot.store.schema import executions as executions_table
 from bot.store.words import UNDER_WAY, Kind, State
+from kit import logs
 from kit.errors import Refused
 
 ENGINE = "engine"  # the audit actor for what the engine does on its own
@@ -283,7 +285,8 @@ class Engine:
         if claim is None:
             return self._load(execution_id)
         try:
-            self._drive(claim, wait_for_approval)
+            with logs.execution(execution_id):  # the runbook too, once _drive has read it
+                self._drive(claim, wait_for_approval)
         except _Stop as exc:
             self.report(execution_id, f"stopped driving: {exc}")
         except _Hold as exc:
@@ -298,6 +301,10 @@ class Engine:
 
     def _drive(self, claim: Claim, wait: bool) -> None:
         ex = self._load(claim.execution_id)
+        with logs.execution(ex.id, ex.runbook):
+            self._drive_loaded(claim, ex, wait)
+
+    def _drive_loaded(self, claim: Claim, ex: Execution, wait: bool) -> None:
         if ex.state in UNDER_WAY and not self._resumed(claim, ex):
             return
         while True:
@@ -644,7 +651,9 @@ class Engine:
             except BaseException as exc:  # handed to the engine's thread below
                 box["error"] = exc
 
-        worker = threading.Thread(target=target, name=f"step-{step.id}", daemon=True)
+        # the action's own log lines name the execution (kit.logs): its context goes along
+        worker = threading.Thread(target=contextvars.copy_context().run, args=(target,),
+                                  name=f"step-{step.id}", daemon=True)
         claim.running[id(ctx)] = ctx
         try:
             worker.start()

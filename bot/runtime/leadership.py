@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import socket
 import sys
@@ -25,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from bot.config import Config, ConfigError, LeaderElectionConfig
+from kit import logs
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _LOCK_CLASS = 0x6772_6221  # first key of the two-key advisory lock: "grb!" (the leader lock)
@@ -314,7 +316,7 @@ def make_elector(config: Config, kubernetes_backend: Any = None) -> Elector:
     if make_url(url).get_backend_name() == "sqlite":
         keep, other = claim_sqlite(url)
         if other is not None:
-            print(f"warning: {other}", file=sys.stderr, flush=True)
+            logs.liner(__name__, "warning: ", logging.WARNING, sys.stderr)(other)
         return AlwaysLeader(why="SQLite supports one replica", keep=keep)
     return AlwaysLeader()
 
@@ -354,7 +356,8 @@ def claim_sqlite(url: str) -> tuple[IO[str] | None, str | None]:
 
 
 def stderr_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """A line on stderr; a record once the logs are JSON (kit.logs)."""
+    logs.liner(__name__, stream=sys.stderr)(line)
 
 
 class Leadership:

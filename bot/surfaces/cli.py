@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.store.words import Kind, State
 from bot.surfaces import setup_commands
+from kit import logs
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -683,11 +684,11 @@ def cmd_engine(args: argparse.Namespace) -> int:
         engine.run_pending(once=args.once)
     finally:
         engine.close()
-    _log_requests()
     return EXIT_OK
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
     import signal
     import threading
 
@@ -697,6 +698,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from bot.runtime.tasks import intake_task, scheduler_task
 
     config = _config(args)
+    _log_format(config)  # before anything logs: the Slack surface logs its scopes
     host = args.host or config.server.host
     port = args.port or config.server.port
     try:  # before anything starts: /alerts must not be open to the network by mistake
@@ -704,24 +706,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except AlertsAuthError as exc:
         raise UsageError(str(exc)) from None
     if alerts.warning:
-        print(f"warning: {alerts.warning}", file=sys.stderr, flush=True)
+        logs.liner("bot.serve", "warning: ", logging.WARNING, sys.stderr)(alerts.warning)
     bot = _bot(args, config)
     bot.runbooks()
     slack = _slack_surface(bot)
     routes = dict(slack.routes()) if slack else {}
     tasks = list(slack.tasks()) if slack else []
     # schedules and windows: fired by the leader only, like the engine runs executions
-    tasks.append(scheduler_task(bot, lambda line: print(f"[scheduler] {line}", flush=True)))
+    tasks.append(scheduler_task(bot, logs.liner("bot.scheduler", "[scheduler] ")))
     # drains and node conditions the bot did not make: proposals, by the leader
-    tasks.append(intake_task(bot, lambda line: print(f"[intake] {line}", flush=True)))
+    tasks.append(intake_task(bot, logs.liner("bot.intake", "[intake] ")))
     tasks += _audit_tasks(bot, slack)
     tasks += _ship_tasks(bot)  # the audit log to syslog and OTLP receivers, by the leader
-    report = _report
+    report = logs.report
     if slack is not None:
         surface = slack
 
         def report(execution_id: int, line: str) -> None:
-            _report(execution_id, line)
+            logs.report(execution_id, line)
             surface.report(execution_id, line)
 
     from bot.surfaces.console.app import console
@@ -729,8 +731,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     mounts = {"/ui": console(bot)}  # the read-only console; it refuses all without identity
     paths = ", ".join(["/alerts", "/healthz", "/metrics", *routes, "/ui/"])
     scheme = "https" if config.server.tls_cert_file else "http"
-    print(f"serving on {scheme}://{host}:{port} ({paths})"
-          + (f"; Slack in {slack.mode} mode" if slack else "; Slack not set up"), flush=True)
+    logs.liner("bot.serve")(f"serving on {scheme}://{host}:{port} ({paths})" + (
+        f"; Slack in {slack.mode} mode" if slack else "; Slack not set up"))
     stop = threading.Event()  # SIGTERM (a pod stopping): give the leadership up, then exit
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -751,14 +753,14 @@ def _audit_tasks(bot: Service, slack: Any) -> list[Any]:
     if audit_config.checkpoint_file is None and post is None:
         return []
     return [checkpoint_task(bot, audit_config.checkpoint_file,
-                            lambda line: print(f"[audit] {line}", flush=True), post)]
+                            logs.liner("bot.audit", "[audit] "), post)]
 
 
 def _ship_tasks(bot: Service) -> list[Any]:
     from bot.runtime.shipping import ShippingSetupError, ship_tasks
 
     try:  # a certificate or headers file that cannot be used stops the start, saying which
-        return list(ship_tasks(bot, lambda line: print(f"[audit-ship] {line}", flush=True)))
+        return list(ship_tasks(bot, logs.liner("bot.audit.ship", "[audit-ship] ")))
     except ShippingSetupError as exc:
         raise UsageError(str(exc)) from None
 
@@ -780,18 +782,14 @@ def cmd_console(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _log_requests() -> None:
-    """One line per HTTP request on stderr (bot.runtime.web: never a header or a body);
-    other libraries keep to warnings."""
-    import logging
-
-    logger = logging.getLogger("bot")
-    if not any(getattr(h, "_runbook_serve", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
-        handler._runbook_serve = True  # type: ignore[attr-defined]  # added once per process
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+def _log_format(config: Config) -> None:
+    """The bot's log lines on stderr, one per HTTP request among them (bot.runtime.web: never
+    a header or a body): text, or JSON (logging.format, RUNBOOK_LOG_FORMAT)."""
+    try:
+        fmt = logs.chosen(config.logging.format, os.environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    logs.install(fmt)
 
 
 def _slack_surface(bot: Service) -> SlackSurface | None:
