@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from sqlalchemy import func, select
 
 from bot.runtime.driftmetrics import drift_metrics
+from bot.runtime.fleetmetrics import fleet_metrics
 from bot.runtime.shipping import destination_names
 from bot.service import Service
 from bot.store import shipping
@@ -56,6 +57,7 @@ class BotCollector:
         with self._bot.db.connect() as conn:  # the last drift report (bot.runtime.driftmetrics)
             drift = list(drift_metrics(conn))
         yield from drift
+        yield from fleet_metrics(self._bot)  # the breaker, nodes held out, proposals
 
     def _step_durations(self) -> Any:
         with self._bot.db.connect() as conn:
