@@ -466,6 +466,16 @@ class ConsoleConfig(BaseModel):
         return principals(value)
 
 
+class SecretsConfig(BaseModel):
+    """The key that fingerprints and encrypts secret runbook parameters (``secret: true``):
+    a file holding at least 32 characters (``openssl rand -base64 32``), or the environment
+    variable RUNBOOK_SECRET_KEY, which wins over it. With neither, a runbook with a secret
+    parameter is refused, and an execution holding one fails rather than run without it."""
+
+    model_config = ConfigDict(extra="forbid")
+    key_file: Path | None = None
+
+
 class Config(BaseModel):
     """Everything the bot reads from its configuration file."""
 
@@ -485,6 +495,7 @@ class Config(BaseModel):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     guards: GuardsConfig = Field(default_factory=GuardsConfig)  # site floors
     policy: PolicyConfig = Field(default_factory=PolicyConfig)  # change references
+    secrets: SecretsConfig = Field(default_factory=SecretsConfig)  # secret parameters' key
     mariadb: MariaDBConfig | None = None  # enables mariadb.dump / mariadb.restore
     slurm: SlurmConfig | None = None  # enables slurm.* actions and slurm checks
     kubernetes: KubernetesConfig | None = None  # enables k8s.* and gpu_operator.* actions

@@ -41,14 +41,17 @@ from bot.execution.planning import (
     with_break_glass,
     with_outside_window,
 )
-from bot.runbooks import params, versions
+from bot.runbooks import params, secrets, versions
 from bot.runbooks.catalogue import Catalogue
 from bot.runbooks.inventory import LiveInventory
 from bot.runbooks.loading import LoadedRunbook, RunbookError, load_all, load_text
+from bot.runbooks.model import Runbook
 from bot.store import audit, db
 from bot.store.schema import approvals, maintenance_windows, runbook_versions
 from bot.store.words import NOT_STARTED, Kind, State
+from kit import secretbox
 from kit.errors import Refused
+from kit.secretbox import SecretBox, SecretKeyProblem
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,8 @@ class Service:
     live_inventory: LiveInventory | None = None
     _runbooks: dict[str, LoadedRunbook] | None = None
     _pinned: dict[tuple[str, str, str], LoadedRunbook] = field(default_factory=dict)
+    _box: SecretBox | None = None
+    _box_read: bool = False
 
     @classmethod
     def from_config(cls, config: Config) -> Service:
@@ -166,6 +171,15 @@ class Service:
             )
         return found[name]
 
+    def known(self, name: str) -> Runbook | None:
+        """The runbook of that name, if it loads (to keep a refused request's secrets out
+        of the audit log)."""
+        try:
+            loaded = self.runbooks().get(name)
+        except RunbookError:
+            return None
+        return loaded.runbook if loaded is not None else None
+
     def pinned(self, name: str, version: str, content_hash: str) -> LoadedRunbook:
         """The runbook version an execution was requested with, from the text the database
         keeps of every version (the file may have moved on since)."""
@@ -201,10 +215,12 @@ class Service:
         return f"{kept}. {where}" if kept and where else kept or where
 
     def replan(self, ex: Execution) -> Plan:
-        """Plan an execution again: its pinned runbook version, its parameters, today's
-        facts (inventory, capacity, windows, what the bot did before)."""
+        """Plan an execution again: its pinned runbook version, its parameters (its secrets
+        decrypted, so their fingerprints are checked again), today's facts (inventory,
+        capacity, windows, what the bot did before)."""
         loaded = self.pinned(ex.runbook, ex.version, ex.content_hash)
         given = {k: _text(v) for k, v in ex.params.items() if v is not None}
+        given.update(self.unsealer(ex).clear())
         if ex.plan.change is not None:  # the reference it was requested (and approved) with
             given[CHANGE] = ex.plan.change
         return self.plan(ex.runbook, given, break_glass=ex.plan.break_glass, loaded=loaded)
@@ -227,14 +243,37 @@ class Service:
         try:
             values = params.validate(loaded.runbook, raw, self.inventory)
             weakened = params.weakened_guards(loaded.runbook, values, self.inventory)
+            values, sealed = secrets.seal_values(loaded.runbook, values, self.secret_box())
             plan = make_plan(loaded, values, self.inventory, self.catalogue, self.config,
                              self._audit_facts(loaded), change)
-        except (params.ParamError, PlanError) as exc:
+        except (params.ParamError, PlanError, SecretKeyProblem) as exc:
             raise Refused(f"{name}: {exc}") from exc
+        plan = dataclasses.replace(plan, sealed=sealed)
         self._check_follow_up(name, plan)
         plan = self._guard_window(loaded, plan, window)
         plan = self._guard_capacity(name, plan, break_glass, weakened)
         return self._warn_repeat(loaded, plan)
+
+    def secret_box(self) -> SecretBox | None:
+        """The site key for secret parameters (None: none configured); read once."""
+        if not self._box_read:
+            self._box = secretbox.load(self.config.secrets.key_file)
+            self._box_read = True
+        return self._box
+
+    def unsealer(self, ex: Execution) -> secrets.Unsealer:
+        """The execution's secret parameters, decrypted for the engine (an empty Unsealer
+        without a read when it has none); Refused when they cannot be: no key, another
+        key, a stored value gone."""
+        if not secrets.has_placeholder(ex.params):
+            return secrets.Unsealer()
+        with self.db.connect() as conn:
+            sealed = executions.sealed_secrets(conn, ex.id)
+        try:
+            return secrets.Unsealer.open(ex.params, sealed, self.secret_box())
+        except SecretKeyProblem as exc:
+            raise Refused(f"execution {ex.id}: its secret parameters cannot be read: {exc}") \
+                from exc
 
     def refresh_inventory(self) -> params.Inventory:
         """The inventory as of at most ``inventory.refresh_seconds`` ago: every plan (a
@@ -355,9 +394,10 @@ class Service:
         try:
             return self._request(name, raw, user, source, configured, break_glass, extras)
         except (Refused, locking.LockConflict, RunbookError) as exc:
+            shown = secrets.scrub_raw(self.known(name), raw)
             with self.db.begin() as conn:
                 audit.append(conn, Kind.REFUSED, user, {
-                    "runbook": name[:64], "params": {k[:41]: _clip(v) for k, v in raw.items()},
+                    "runbook": name[:64], "params": {k[:41]: _clip(v) for k, v in shown.items()},
                     "source": source, "reason": str(exc)[:2000],
                 })
             raise Refused(str(exc)) from exc

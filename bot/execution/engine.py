@@ -35,6 +35,7 @@ from bot.execution.checks.core import Checks, Outcome
 from bot.execution.executions import ACTIVE, Execution, expire_if_due
 from bot.execution.planning import Plan, PlannedCall, PlannedCheck, PlannedStep
 from bot.runbooks.catalogue import Catalogue
+from bot.runbooks.secrets import Unsealer
 from bot.store import audit
 from bot.store.schema import executions as executions_table
 from bot.store.words import UNDER_WAY, Kind, State
@@ -65,6 +66,8 @@ class Parts(Protocol):
     def checks(self) -> Checks: ...
 
     def replan(self, ex: Execution) -> Plan: ...
+
+    def unsealer(self, ex: Execution) -> Unsealer: ...
 
     def node_states(self, nodes: Sequence[str], execution_id: int) -> str: ...
 
@@ -590,13 +593,15 @@ class Engine:
                     "operations": call.operations, "attempt": attempt, "epoch": claim.epoch,
                 }, ex.id)
             self.report(ex.id, f"step {label}: running ({'; '.join(call.operations)})")
+            seal = Unsealer()  # the step's secret values, masked in all that comes back
             try:
-                result = self._invoke(claim, ex, step, call, phase)
+                seal = self.bot.unsealer(ex)
+                result = _masked(seal, self._invoke(claim, ex, step, call, phase, seal))
             except (_Stop, _Hold):
                 raise
             except Exception as exc:
-                error = str(exc) if isinstance(exc, ActionError) else (
-                    f"{type(exc).__name__}: {exc}")
+                error = seal.mask_text(str(exc) if isinstance(exc, ActionError) else (
+                    f"{type(exc).__name__}: {exc}"))
                 stopped = isinstance(exc, ActionStopped) or (
                     phase == "do" and self._cancel_requested(ex))
                 retry = attempt < last and not stopped
@@ -628,18 +633,18 @@ class Engine:
         self._boundary(claim, ex, cancelling=phase == "undo")
 
     def _invoke(self, claim: Claim, ex: Execution, step: PlannedStep, call: PlannedCall,
-                phase: str) -> ActionResult:
+                phase: str, seal: Unsealer) -> ActionResult:
         """Run the action in a worker thread and watch it: a cancel (of a step, not of an
         undo), a lost claim or the timeout set the action's stop flag; the engine goes on
-        only once the action returned."""
+        only once the action returned. Secret values reach only the action's arguments."""
         action = self.bot.catalogue.get(call.action)
-        args = action.Arguments.model_validate(call.args)
+        args = action.Arguments.model_validate(seal.unseal(call.args))
         timeout = step.timeout_seconds
         ctx = ActionContext(
             execution_id=ex.id, step_id=step.id, deadline=time.monotonic() + timeout,
             fencing_token=ex.fencing_token,
-            progress=lambda line: self.report(ex.id, f"step {step.id}: {line}"),
-            status=lambda data: self._save_status(claim, ex, step, phase, data),
+            progress=lambda line: self.report(ex.id, seal.mask_text(f"step {step.id}: {line}")),
+            status=lambda data: self._save_status(claim, ex, step, phase, seal.mask(data)),
             capacity_guard=capacity_guard.batch_guard(ex.plan, self.bot.checks.evaluate),
             earlier=lambda step_id: self._earlier(ex.id, step_id),
         )
@@ -913,6 +918,13 @@ def _outcome(box: dict[str, Any], ctx: ActionContext, timeout: float) -> ActionR
     result = box["result"]
     assert isinstance(result, ActionResult)
     return result
+
+
+def _masked(seal: Unsealer, result: ActionResult) -> ActionResult:
+    if not seal.values:
+        return result
+    return ActionResult(summary=seal.mask_text(result.summary),
+                        details=seal.mask(dict(result.details)), changed=result.changed)
 
 
 def plan_changes(old: Plan, new: Plan) -> list[str]:

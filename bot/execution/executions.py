@@ -12,13 +12,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, delete, select, update
 
 from bot.execution import followups, locking
 from bot.execution.planning import Plan, plan_from_json
 from bot.store import audit, words
 from bot.store.db import now_iso
-from bot.store.schema import approvals, execution_nodes, executions, step_states
+from bot.store.schema import (
+    approvals,
+    execution_nodes,
+    execution_secrets,
+    executions,
+    step_states,
+)
 from bot.store.words import Kind, State
 from kit.canonical import canonical
 
@@ -128,7 +134,18 @@ def create(conn: Connection, plan: Plan, user: str, resume: str, deadline: float
     if nodes:
         conn.execute(execution_nodes.insert(),
                      [{"node": node, "execution_id": execution_id} for node in nodes])
+    if plan.sealed:
+        conn.execute(execution_secrets.insert(), [
+            {"execution_id": execution_id, "name": name, "sealed": sealed}
+            for name, sealed in sorted(plan.sealed.items())])
     return execution_id
+
+
+def sealed_secrets(conn: Connection, execution_id: int) -> dict[str, str]:
+    """An unfinished execution's secret parameters, as ciphertexts (name -> sealed)."""
+    rows = conn.execute(select(execution_secrets.c.name, execution_secrets.c.sealed)
+                        .where(execution_secrets.c.execution_id == execution_id))
+    return {row.name: row.sealed for row in rows}
 
 
 def count_failed_check(conn: Connection, execution_id: int) -> None:
@@ -178,6 +195,8 @@ def finish(
     if not ended:
         return False
     released = locking.release(conn, ex.id)
+    # an ended execution never runs again: its secrets are not kept past it
+    conn.execute(delete(execution_secrets).where(execution_secrets.c.execution_id == ex.id))
     audit.append(conn, Kind.FINISHED, actor,
                  {"state": state, "error": error, "locks_released": released, **data}, ex.id)
     if state == State.FAILED:

@@ -122,10 +122,14 @@ class Plan:
     # the change or incident reference the request gave (change=REF, policy.require_change):
     # shown, and part of the hash, so an approval covers that very reference
     change: str | None = None
+    # secret parameters (name -> their value encrypted with the site key), stored beside the
+    # execution, never in the plan: the plan binds each by the fingerprint in its placeholder
+    sealed: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def body(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("hash")
+        data.pop("sealed")
         data.pop("warnings")
         data.pop("capacity")
         if data["propose_on_failure"] is None:  # absent unless set: other plans keep hashes

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from adapters.actions import StrictArguments
 from bot.runbooks import params, templating
 from bot.runbooks.catalogue import TAKES_OUT
 from bot.runbooks.model import CHECK_KINDS, CheckSpec, Runbook
+from bot.runbooks.secrets import secret_names
 from kit import yamldoc
 from kit.canonical import canonical
 
@@ -69,6 +71,7 @@ def load_text(
         + _check_actions(runbook, catalogue, where)
         + _check_capacity_guard(runbook, where)
         + _check_templates(runbook, where)
+        + _check_secret_uses(runbook, where)
     )
     if problems:
         raise RunbookError(problems)
@@ -272,6 +275,54 @@ def _template_sites(runbook: Runbook) -> Iterable[tuple[Path_, str]]:
                 yield from _strings(getattr(check, field), (section, index, field))
 
 
+def _check_secret_uses(runbook: Runbook, where: _Locator) -> list[str]:
+    """A secret parameter goes only into a step's arguments (its own and its undo's), and
+    whole (``{{ token }}``): the plan holds a placeholder that the engine replaces as the
+    action is called, so a filter, a condition, a lock or a check could not see the value."""
+    names = set(secret_names(runbook))
+    if not names:
+        return []
+    problems: list[str] = []
+    for at, text in _template_sites(runbook):
+        in_step = at[0] == "steps"
+        for name in sorted(names & _used(text, names, in_step)):
+            problems.append(where.at(at, (
+                f'the secret parameter "{name}" may be used only whole ({{{{ {name} }}}}) '
+                "in a step's with:" if in_step else
+                f'the secret parameter "{name}" may be used only in a step\'s with:')))
+    for at, condition in _conditions(runbook):
+        try:
+            used = templating.condition_variables(condition)
+        except templating.TemplateProblem:
+            continue  # _check_templates reports it
+        for name in sorted(names & used):
+            problems.append(where.at(at, f'the secret parameter "{name}" may be used only '
+                                         "in a step's with:"))
+    return problems
+
+
+def _used(text: str, names: set[str], whole_allowed: bool) -> set[str]:
+    """Secret names ``text`` reads, leaving out whole uses where they are allowed."""
+    if whole_allowed:
+        for name in names:
+            text = re.sub(r"\{\{\s*" + re.escape(name) + r"\s*\}\}", "", text)
+    try:
+        return templating.variables(text)
+    except templating.TemplateProblem:
+        return set()  # _check_templates reports it
+
+
+def _conditions(runbook: Runbook) -> list[tuple[Path_, str]]:
+    conditions: list[tuple[Path_, str]] = [
+        (("steps", index, "when"), step.when)
+        for index, step in enumerate(runbook.steps) if step.when is not None
+    ]
+    for section in ("pre_checks", "post_checks"):
+        conditions += [((section, index, "when"), c.when)
+                       for index, c in enumerate(getattr(runbook, section)) if c.when is not None]
+    return conditions
+
+
 def _check_templates(runbook: Runbook, where: _Locator) -> list[str]:
     allowed = set(runbook.params) | set(templating.FACTS)
     problems: list[str] = []
@@ -290,14 +341,7 @@ def _check_templates(runbook: Runbook, where: _Locator) -> list[str]:
             check(at, templating.variables(text))
         except templating.TemplateProblem as exc:
             problems.append(where.at(at, str(exc)))
-    conditions: list[tuple[Path_, str]] = [
-        (("steps", index, "when"), step.when)
-        for index, step in enumerate(runbook.steps) if step.when is not None
-    ]
-    for section in ("pre_checks", "post_checks"):
-        conditions += [((section, index, "when"), c.when)
-                       for index, c in enumerate(getattr(runbook, section)) if c.when is not None]
-    for at, condition in conditions:
+    for at, condition in _conditions(runbook):
         try:
             check(at, templating.condition_variables(condition))
         except templating.TemplateProblem as exc:

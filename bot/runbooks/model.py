@@ -57,6 +57,9 @@ class ParamSpec(Strict):
     # a version parameter: the parameter naming the pool whose CUDA versions the driver must
     # serve (drivers.pools.POOL.cuda); a lower driver is refused before any plan is made
     driver_for_pool: str | None = None
+    # a token or password: never stored, logged or shown in clear; the plan binds it by a
+    # keyed fingerprint (bot/runbooks/secrets.py, docs/writing-runbooks.md)
+    secret: bool = False
 
     @field_validator("min", "max", mode="before")
     @classmethod
@@ -76,6 +79,8 @@ class ParamSpec(Strict):
             raise ValueError("driver_for_pool only applies to version parameters")
         if self.required and self.default is not None:
             raise ValueError("a required parameter cannot have a default")
+        if self.secret:
+            _secret_problem(self)
         if self.weakens_guard is not None:
             if self.default is None:
                 raise ValueError("a parameter that weakens a guard needs a default (the value "
@@ -91,6 +96,16 @@ class ParamSpec(Strict):
                     f'pattern "{self.pattern}" is not a regular expression: {exc}'
                 ) from exc
         return self
+
+
+def _secret_problem(spec: ParamSpec) -> None:
+    if spec.type != "text":
+        raise ValueError(f"secret: true applies to text parameters, not {spec.type}")
+    if spec.default is not None:
+        raise ValueError("a secret parameter cannot have a default (it would sit in clear in "
+                         "the runbook file)")
+    if spec.weakens_guard is not None:
+        raise ValueError("a secret parameter cannot weaken a guard (its value is never shown)")
 
 
 class ApprovalSpec(Strict):

@@ -251,8 +251,11 @@ def _text(spec: ParamSpec, value: Any, _: Inventory) -> str:
             "the characters ` $ ; | & < > \\ are not allowed (values never reach a shell, "
             "and a pasted command must not pass for a reason)"
         )
+    if spec.secret and not text:
+        raise ValueError("a secret cannot be empty")
     if spec.pattern and not re.fullmatch(spec.pattern, text):
-        raise ValueError(f'"{_short(text)}" does not match {spec.pattern}')
+        shown = "the secret" if spec.secret else f'"{_short(text)}"'  # never echo a secret
+        raise ValueError(f"{shown} does not match {spec.pattern}")
     return text
 
 

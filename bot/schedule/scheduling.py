@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from bot.config import ScheduleConfig
 from bot.execution.approval import approval_problem, may_steer, unapprovable
 from bot.execution.planning import approval_policy
+from bot.runbooks import secrets
 from bot.schedule import ahead
 from bot.service import Preapproval, Service
 from bot.store import audit
@@ -259,7 +260,9 @@ def add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, *, cron: 
     except Refused as exc:
         with bot.db.begin() as conn:
             audit.append(conn, Kind.SCHEDULE_REFUSED, user, {
-                "runbook": runbook[:64], "params": {k[:41]: str(v)[:200] for k, v in raw.items()},
+                "runbook": runbook[:64],
+                "params": {k[:41]: str(v)[:200]
+                           for k, v in secrets.scrub_raw(bot.known(runbook), raw).items()},
                 "cron": cron, "at": at, "tz": tz, "approve": approve, "source": source,
                 "reason": str(exc)[:2000]})
         raise
@@ -274,6 +277,9 @@ def _add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, cron: st
     if runbook in ("open-window", "close-window"):
         raise Refused(f"{runbook} is run by maintenance windows: use `window create`")
     plan = bot.plan(runbook, raw)
+    if plan.sealed:  # its parameters are kept in the schedule's row until it fires
+        raise Refused(f"{runbook}: a schedule cannot keep a secret parameter "
+                      f"({', '.join(sorted(plan.sealed))}); request the runbook when it is due")
     problem = unapprovable(plan.approval, runbook, user)
     if problem is not None:  # every run it fires would be refused
         raise Refused(problem)

@@ -22,6 +22,7 @@ from bot.execution import locking
 from bot.execution.approval import approval_problem, may_steer, unapprovable
 from bot.execution.executions import TERMINAL
 from bot.execution.planning import ApprovalPolicy, approval_policy, runbook_nodes
+from bot.runbooks import secrets
 from bot.runbooks.params import (
     CONTROL,
     SHELLISH,
@@ -252,7 +253,7 @@ def create(bot: Service, nodes: str, user: str, *, start: str, duration: str,
         with bot.db.begin() as conn:
             audit.append(conn, Kind.WINDOW_REFUSED, user, {
                 "nodes": nodes[:200], "start": start[:40], "duration": duration[:40],
-                "runbooks": runbooks[:2000], "reason": str(exc)[:2000]})
+                "runbooks": _shown(bot, runbooks)[:2000], "reason": str(exc)[:2000]})
         raise
 
 
@@ -339,6 +340,16 @@ def _approvable(policy: ApprovalPolicy, runbook: str) -> None:
         raise Refused(f"runbooks: {problem}" if runbook != OPEN_RUNBOOK else problem)
 
 
+def _shown(bot: Service, runbooks_text: str) -> str:
+    """A refused window's runbooks as the audit log keeps them: secret values left out."""
+    try:
+        found = parse_runbooks(runbooks_text)
+    except Refused:
+        return runbooks_text
+    return "; ".join(" ".join([name, *(f"{k}={v}" for k, v in secrets.scrub_raw(
+        bot.known(name), params).items())]) for name, params in found)
+
+
 def _plans_inside(bot: Service, runbooks_text: str, window_nodes: frozenset[str],
                   nodes: str) -> list[dict[str, Any]]:
     """Plan each runbook to run inside the window; each must stay on the window's nodes."""
@@ -347,6 +358,9 @@ def _plans_inside(bot: Service, runbooks_text: str, window_nodes: frozenset[str]
         if name in (OPEN_RUNBOOK, CLOSE_RUNBOOK):
             raise Refused(f"runbooks: {name} is what the window itself runs")
         plan = bot.plan(name, params, window=window_nodes)
+        if plan.sealed:  # the window keeps its runbooks' parameters until it opens
+            raise Refused(f"runbooks: {name}: a window cannot keep a secret parameter "
+                          f"({', '.join(sorted(plan.sealed))}); request it inside the window")
         _approvable(plan.approval, name)
         outside = runbook_nodes(bot.runbook(name), plan.params) - window_nodes
         if outside:

@@ -98,6 +98,16 @@ execution_nodes = Table(
     Index("ix_execution_nodes_execution", "execution_id"),
 )
 
+# The secret parameters of an execution that has not ended (bot/runbooks/secrets.py):
+# encrypted with the site key; deleted when the execution ends (revision 0013).
+execution_secrets = Table(
+    "execution_secrets",
+    metadata,
+    Column("execution_id", Integer, ForeignKey("executions.id"), primary_key=True),
+    Column("name", String(64), primary_key=True),
+    Column("sealed", Text, nullable=False),
+)
+
 step_states = Table(
     "step_states",
     metadata,
