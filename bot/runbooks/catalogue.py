@@ -7,6 +7,7 @@ bot.execution.assembly is the one place that decides which adapters a configured
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from adapters.actions import Action, StrictArguments, takes_out
 from adapters.host import HostRunAction
@@ -17,12 +18,15 @@ from bot.config import Config
 
 # The bot's own actions, there whatever adapters are configured.
 _STANDARD = (NotifyAction, ConfirmAction, HostRunAction)
-# Every action any adapter ships, with the configuration section that enables it.
-KNOWN: dict[str, tuple[type[StrictArguments], str]] = {
-    **{cls.name: (cls.Arguments, "always") for cls in _STANDARD},
-    **{cls.name: (cls.Arguments, adapter.section)
+# Every action class any adapter ships, with the configuration section that enables it
+# (docs/actions.md is made from these), and the arguments of each.
+ACTION_CLASSES: dict[str, tuple[type[Any], str]] = {
+    **{cls.name: (cls, "always") for cls in _STANDARD},
+    **{cls.name: (cls, adapter.section)
        for adapter in registered() for cls in adapter.action_classes},
 }
+KNOWN: dict[str, tuple[type[StrictArguments], str]] = {
+    name: (cls.Arguments, section) for name, (cls, section) in ACTION_CLASSES.items()}
 
 # Every shipped action that takes GPUs out of service -> the arguments naming its nodes
 # (adapters.actions.takes_out): a runbook step calling one needs a capacity guard.

@@ -89,6 +89,11 @@ def _output_commands(add: _Add) -> None:
     p.add_argument("shell", choices=["bash", "zsh", "words"])
     p.add_argument("--line", help=argparse.SUPPRESS)  # words: the line so far (bash)
     p.add_argument("words", nargs="*", help=argparse.SUPPRESS)  # words: the words (zsh)
+    p = add("schema", "print the JSON Schema of runbook files or of the configuration "
+                      "(editors: docs/schema/)")
+    p.add_argument("kind", choices=["runbook", "config"])
+    p = add("docs", "print a reference page made from the code: actions (docs/actions.md)")
+    p.add_argument("page", choices=["actions"])
 
 
 def _runbook_commands(add: _Add) -> None:
@@ -1000,6 +1005,24 @@ def cmd_completion(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_schema(args: argparse.Namespace) -> int:
+    from bot.surfaces import schemas
+
+    made = schemas.runbook_schema() if args.kind == "runbook" else schemas.config_schema()
+    print(schemas.dumps(made), end="")
+    return EXIT_OK
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    from bot.config import shipped_runbooks
+    from bot.runbooks.catalogue import ACTION_CLASSES
+    from bot.runbooks.loading import runbook_files
+    from bot.surfaces import action_docs
+
+    print(action_docs.page(ACTION_CLASSES, runbook_files([shipped_runbooks()])), end="")
+    return EXIT_OK
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": cmd_list,
     "describe": cmd_describe,
@@ -1028,6 +1051,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "schedule": lambda a: cmd_scheduled(a, "schedule"),
     "window": lambda a: cmd_scheduled(a, "window"),
     "completion": cmd_completion,
+    "schema": cmd_schema,
+    "docs": cmd_docs,
     "config": setup_commands.cmd_config,
 }
 

@@ -63,6 +63,7 @@ def ask(words: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch) 
     (["schedule", "add", "selft"], ["selftest"]),
     (["schedule", "add", "selftest", "c"], ["change=", "cron="]),
     (["window", "create", "gpu0"], ["gpu01", "gpu02"]),
+    (["schema", ""], ["config", "runbook"]),
 ])
 def test_candidates(words: list[str], expected: list[str], env: dict[str, str],
                     monkeypatch: pytest.MonkeyPatch) -> None:

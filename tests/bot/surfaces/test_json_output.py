@@ -16,6 +16,7 @@ import yaml
 from bot.alerts import proposing
 from bot.config import load_config
 from bot.service import Service
+from bot.store import db
 from bot.surfaces import cli
 from bot.surfaces.rendering import readable
 
@@ -50,6 +51,7 @@ def env(tmp_path: Path) -> Iterator[dict[str, str]]:
         "inventory": {"nodes": ["gpu01", "gpu02"], "discover": False},
         "alert_rules": [{"match": {"alertname": "Test"}, "runbook": "selftest"}],
     }))
+    db.connect(f"sqlite:///{tmp_path / 'bot.db'}").dispose()  # what `runbook db init` does
     saved = dict(os.environ)
     os.environ["RUNBOOK_CONFIG"] = str(tmp_path / "bot.yaml")
     try:
