@@ -6,7 +6,7 @@
 # passes them in the build context (wheels/), so pip needs no network here. Only the
 # Debian packages below come from the network (the Debian mirror, during `apt-get`).
 #
-# Build arguments (README "Container image"):
+# Build arguments (docs/deployment.md#the-container-image):
 #   BASE           a Debian-based image with python3 and its venv module
 #                  (python:3.11-slim, or localhost/python:3.11-slim made by deploy/image/build)
 #   SLURM_VERSION  pin the Slurm client packages to this Debian version (e.g. 22.05.8-4+deb12u3);

@@ -11,7 +11,7 @@ import difflib
 import hashlib
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,11 +22,13 @@ from adapters.actions import StrictArguments
 from bot.runbooks import params, templating
 from bot.runbooks.catalogue import TAKES_OUT
 from bot.runbooks.model import CHECK_KINDS, CheckSpec, Runbook
+from bot.runbooks.partial import partial
 from bot.runbooks.secrets import secret_names
 from kit import yamldoc
 from kit.canonical import canonical
 
 Path_ = tuple[str | int, ...]
+HOST_RUN = "host.run"
 
 
 class RunbookError(Exception):
@@ -50,9 +52,12 @@ class LoadedRunbook:
 
 
 def load_text(
-    source: str, path: Path, catalogue: Mapping[str, type[StrictArguments]]
+    source: str, path: Path, catalogue: Mapping[str, type[StrictArguments]],
+    host_commands: Collection[str] | None = None,
 ) -> LoadedRunbook:
-    """Parse and validate one runbook's text; raises RunbookError."""
+    """Parse and validate one runbook's text; raises RunbookError naming every problem.
+    With ``host_commands`` (``runbook validate``), a host.run command or command check
+    not among them is one too."""
     data, lines = _parse_yaml(source, path)
     where = _Locator(path, lines)
     if not isinstance(data, dict):
@@ -63,28 +68,89 @@ def load_text(
     try:
         runbook = Runbook.model_validate(data)
     except ValidationError as exc:
-        raise RunbookError(
-            [where.at(tuple(e["loc"]), _pydantic_message(e)) for e in exc.errors()]
-        ) from exc
-    problems = (
-        _check_defaults(runbook, where)
-        + _check_actions(runbook, catalogue, where)
-        + _check_capacity_guard(runbook, where)
-        + _check_templates(runbook, where)
-        + _check_secret_uses(runbook, where)
-    )
+        # the checks below still run on the parts that are valid on their own
+        found, broken = partial(data)
+        problems = [where.at(tuple(e["loc"]), _pydantic_message(e)) for e in exc.errors()]
+        skipping = _Skipping(path, where.lines, tuple(broken))
+        if not any(tuple(e["loc"]) == ("steps",) for e in exc.errors()):
+            problems += _duplicate_step_ids(found, skipping)  # the model checks them last
+        problems += _checks(found, catalogue, skipping, host_commands,
+                            guard=not any(b[0] == "pre_checks" for b in broken))
+        raise RunbookError([p for p in problems if p]) from exc
+    problems = _checks(runbook, catalogue, where, host_commands)
     if problems:
         raise RunbookError(problems)
     digest = hashlib.sha256(canonical(data).encode()).hexdigest()
     return LoadedRunbook(runbook=runbook, path=path, source=source, content_hash=digest)
 
 
-def load_file(path: Path, catalogue: Mapping[str, type[StrictArguments]]) -> LoadedRunbook:
+def _checks(runbook: Runbook, catalogue: Mapping[str, type[StrictArguments]],
+            where: _Locator, host_commands: Collection[str] | None,
+            guard: bool = True) -> list[str]:
+    """The checks past the schema, every one of them (a problem in a part the locator
+    skips is left out: it is empty)."""
+    problems = (
+        _check_defaults(runbook, where)
+        + _check_actions(runbook, catalogue, where)
+        + (_check_capacity_guard(runbook, where) if guard else [])
+        + _check_templates(runbook, where)
+        + _check_secret_uses(runbook, where)
+    )
+    if host_commands is not None:
+        problems += host_command_problems(runbook, host_commands, where)
+    return [p for p in problems if p]
+
+
+def _duplicate_step_ids(runbook: Runbook, where: _Locator) -> list[str]:
+    seen: dict[str, int] = {}
+    problems = []
+    for index, step in enumerate(runbook.steps):
+        if step.id in seen:
+            problems.append(where.at(("steps", index, "id"), f'step id "{step.id}" is used '
+                                     f"twice (steps[{seen[step.id]}] and steps[{index}])"))
+        seen.setdefault(step.id, index)
+    return problems
+
+
+def host_command_problems(runbook: Runbook, allowed: Collection[str],
+                          where: _Locator) -> list[str]:
+    """Each host.run command and command check that is not allow-listed (``host_commands``)."""
+    problems = []
+    for at, command in named_host_commands(runbook):
+        if command not in allowed:
+            hint = difflib.get_close_matches(command, sorted(allowed), n=1)
+            suggestion = f' (did you mean "{hint[0]}"?)' if hint else ""
+            listed = ", ".join(sorted(allowed)) or "none"
+            problems.append(where.at(at, f'"{command}" is not an allow-listed host command '
+                                         f"(host_commands: {listed}){suggestion}"))
+    return problems
+
+
+def named_host_commands(runbook: Runbook) -> list[tuple[Path_, str]]:
+    """The host commands a runbook names (host.run steps and undos, command checks), where;
+    a template is left out (its value is known only when the plan is made)."""
+    named: list[tuple[Path_, Any]] = []
+    for index, step in enumerate(runbook.steps):
+        calls: list[tuple[Path_, str, dict[str, Any]]] = [
+            (("steps", index), step.action, step.with_)]
+        if step.undo is not None:
+            calls.append((("steps", index, "undo"), step.undo.action, step.undo.with_))
+        named += [((*at, "with", "command"), args.get("command"))
+                  for at, action, args in calls if action == HOST_RUN]
+    for section in ("pre_checks", "post_checks"):
+        named += [((section, index, "command"), check.command)
+                  for index, check in enumerate(getattr(runbook, section))]
+    return [(at, command) for at, command in named if isinstance(command, str) and command
+            and not templating.is_template(command)]
+
+
+def load_file(path: Path, catalogue: Mapping[str, type[StrictArguments]],
+              host_commands: Collection[str] | None = None) -> LoadedRunbook:
     try:
         source = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise RunbookError([f"{path}: cannot read: {exc}"]) from exc
-    return load_text(source, path, catalogue)
+    return load_text(source, path, catalogue, host_commands)
 
 
 def runbook_files(paths: Iterable[Path]) -> list[Path]:
@@ -98,14 +164,18 @@ def runbook_files(paths: Iterable[Path]) -> list[Path]:
 
 
 def load_all(
-    paths: Iterable[Path], catalogue: Mapping[str, type[StrictArguments]]
+    paths: Iterable[Path], catalogue: Mapping[str, type[StrictArguments]],
+    host_commands: Collection[str] | None = None, exempt: Path | None = None,
 ) -> dict[str, LoadedRunbook]:
-    """Every runbook under ``paths`` by name; all problems of all files in one RunbookError."""
+    """Every runbook under ``paths`` by name; all problems of all files in one RunbookError.
+    ``host_commands``: checked in every file but those under ``exempt`` (the shipped
+    runbooks, whose host commands a site configures when it uses them)."""
     found: dict[str, LoadedRunbook] = {}
     problems: list[str] = []
     for file in runbook_files(paths):
+        mine = exempt is None or exempt.resolve() not in file.resolve().parents
         try:
-            loaded = load_file(file, catalogue)
+            loaded = load_file(file, catalogue, host_commands if mine else None)
         except RunbookError as exc:
             problems.extend(exc.problems)
             continue
@@ -136,6 +206,19 @@ def _parse_yaml(source: str, path: Path) -> tuple[Any, dict[Path_, int]]:
 
 _Locator = yamldoc.Locator
 _dotted = yamldoc.dotted
+
+
+@dataclass(frozen=True)
+class _Skipping(yamldoc.Locator):
+    """A locator that reports nothing ("") inside the parts it skips: the invalid parts of
+    a file, whose problems the schema's validation has named already."""
+
+    skip: tuple[Path_, ...] = ()
+
+    def at(self, loc: Path_, message: str) -> str:
+        if any(tuple(loc)[:len(part)] == part for part in self.skip):
+            return ""
+        return super().at(loc, message)
 
 
 def _plain_data_problems(value: Any, at: Path_, where: _Locator) -> Iterable[str]:

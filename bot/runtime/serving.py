@@ -133,6 +133,7 @@ def application(bot: Service, routes: Mapping[str, Route] | None = None, *,
         POST /alerts    Alertmanager's webhook (version 4) -> proposals; with
                         ``alerts_token`` (one, or two while rotating), only with
                         Authorization: Bearer <it> (else 401)
+        GET  /livez     200 while the process answers HTTP (liveness: never the database)
         GET  /healthz   200 when the database answers (followers too); says whether this
                         replica leads: {"status": "ok", "leader": false, "replica": ...}
         GET  /metrics   Prometheus metrics (executions, checks, approvals, proposals, and

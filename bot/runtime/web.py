@@ -115,7 +115,8 @@ def post_endpoint(route: Route, limits: Limits, places: Places) -> Callable[[Req
 def build(posts: Mapping[str, Route], *, health: Callable[[], Response],
           registry: CollectorRegistry, histogram: Histogram, limits: Limits,
           mounts: Mapping[str, Asgi] | None = None) -> Asgi:
-    """The application: GET /healthz and /metrics, ``posts`` (path -> route), and
+    """The application: GET /livez (the process answers: it reads nothing, so a database
+    outage never restarts a replica), /healthz and /metrics, ``posts`` (path -> route), and
     ``mounts`` (path prefix -> an application of its own, like the console at /ui), each
     request of which takes an answering place."""
     places = Places.of(limits)
@@ -124,6 +125,9 @@ def build(posts: Mapping[str, Route], *, health: Callable[[], Response],
     async def healthz(request: Request) -> Answer:
         return _answer(await run_in_threadpool(health))
 
+    async def livez(request: Request) -> Answer:  # on the event loop: no thread, no database
+        return _answer(json_response(200, {"status": "alive"}))
+
     async def metrics(request: Request) -> Answer:
         with places.answering.one() as answering:
             if not answering:
@@ -131,12 +135,13 @@ def build(posts: Mapping[str, Route], *, health: Callable[[], Response],
             text = await run_in_threadpool(generate_latest, registry)
         return Answer(text, 200, media_type="text/plain; version=0.0.4")
 
-    paths: list[BaseRoute] = [Path("/healthz", healthz, methods=["GET"]),
+    paths: list[BaseRoute] = [Path("/livez", livez, methods=["GET"]),
+                              Path("/healthz", healthz, methods=["GET"]),
                               Path("/metrics", metrics, methods=["GET"])]
     paths += [Path(path, post_endpoint(route, limits, places), methods=["POST"])
               for path, route in posts.items()]
     paths += [Mount(prefix, app=Placed(app, places.answering)) for prefix, app in mounts.items()]
-    where = "GET /healthz, /metrics" + "".join(f", {prefix}/" for prefix in mounts) + \
+    where = "GET /livez, /healthz, /metrics" + "".join(f", {prefix}/" for prefix in mounts) + \
         "; POST " + ", ".join(posts)
 
     async def refused(request: Request, exc: Exception) -> Answer:
@@ -152,7 +157,7 @@ def build(posts: Mapping[str, Route], *, health: Callable[[], Response],
 
     app = Starlette(routes=paths,
                     exception_handlers={404: refused, 405: refused, Exception: failed})
-    known = {"/healthz", "/metrics", *posts}
+    known = {"/livez", "/healthz", "/metrics", *posts}
     return Observed(HeaderLimit(app), histogram, known, prefixes=tuple(mounts))
 
 
@@ -226,7 +231,7 @@ class Places:
     """Requests being answered (a worker thread and the database each: ``max_requests``),
     and bodies being read (a socket and up to 1 MiB each, no thread: four times as many),
     bounded apart so that clients sending bodies slowly never take the places of requests
-    being answered. /healthz takes neither: a busy replica is not a dead one."""
+    being answered. /livez and /healthz take neither: a busy replica is not a dead one."""
 
     answering: Bound
     reading: Bound

@@ -67,7 +67,8 @@ def test_every_object_rendered(rendered: tuple[str, list[dict[str, Any]]]) -> No
     overlay, docs = rendered
     kinds = sorted(d["kind"] for d in docs)
     want = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "ConfigMap", "Deployment",
-            "Namespace", "PodDisruptionBudget", "PrometheusRule", "PrometheusRule", "Role",
+            "Namespace", "NetworkPolicy", "PodDisruptionBudget", "PrometheusRule",
+            "PrometheusRule", "Role",
             "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"]
     if overlay == "single":
         want.append("PersistentVolumeClaim")
@@ -122,11 +123,12 @@ def test_probes_on_healthz(rendered: tuple[str, list[dict[str, Any]]]) -> None:
     bot = container(docs)
     assert bot["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     assert bot["args"] == ["runbook", "serve", "--host", "0.0.0.0", "--port", "8080"]
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert bot[probe]["httpGet"] == {"path": "/healthz", "port": "http"}, probe
-    # Liveness gives a database outage time (2 min) before restarting anything.
-    live = bot["livenessProbe"]
-    assert live["periodSeconds"] * live["failureThreshold"] >= 120
+    # Readiness asks the database; liveness (and the start, which gates it) never does, so a
+    # database outage makes replicas unready and restarts none (tests/deploy/
+    # test_cluster_policy.py, tests/bot/runtime/test_liveness.py).
+    assert bot["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    for probe in ("startupProbe", "livenessProbe"):
+        assert bot[probe]["httpGet"] == {"path": "/livez", "port": "http"}, probe
 
 
 def test_secrets_are_referenced_never_inlined(rendered: tuple[str, list[dict[str, Any]]]) -> None:

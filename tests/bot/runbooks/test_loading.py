@@ -320,7 +320,8 @@ def test_literal_arguments_are_validated_against_the_action() -> None:
 
 
 def test_enum_without_choices() -> None:
-    text = DRAIN.replace("timeout: {type: duration, default: 2h}", "pool: {type: enum}")
+    text = DRAIN.replace("timeout: {type: duration, default: 2h}",
+                         "timeout: {type: duration, default: 2h}\n  pool: {type: enum}")
     assert only(problems(text)) == (
         f"{FILE}:{line_of(text, 'pool:')}: params.pool: an enum parameter needs choices"
     )

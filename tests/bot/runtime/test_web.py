@@ -182,7 +182,7 @@ def test_a_wrong_method_is_a_json_405_that_names_the_routes(servers: Servers) ->
     answer = call(port, "POST", "/healthz", b"{}")
     assert answer.status == 405
     assert "GET" in answer.headers["allow"] and "POST" not in answer.headers["allow"]
-    assert "GET /healthz, /metrics" in answer.json()["error"]
+    assert "GET /livez, /healthz, /metrics" in answer.json()["error"]
 
 
 def test_healthz_says_ok_and_head_answers_without_a_body(servers: Servers) -> None:
