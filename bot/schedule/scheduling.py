@@ -258,11 +258,11 @@ def add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, *, cron: 
     try:
         return _add(bot, runbook, raw, user, cron, at, tz, approve, source)
     except Refused as exc:
+        shown = secrets.scrub_raw(bot.known(runbook), raw)  # before the write: it may load
         with bot.db.begin() as conn:
             audit.append(conn, Kind.SCHEDULE_REFUSED, user, {
                 "runbook": runbook[:64],
-                "params": {k[:41]: str(v)[:200]
-                           for k, v in secrets.scrub_raw(bot.known(runbook), raw).items()},
+                "params": {k[:41]: str(v)[:200] for k, v in shown.items()},
                 "cron": cron, "at": at, "tz": tz, "approve": approve, "source": source,
                 "reason": str(exc)[:2000]})
         raise

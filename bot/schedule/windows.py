@@ -250,10 +250,11 @@ def create(bot: Service, nodes: str, user: str, *, start: str, duration: str,
     try:
         return _create(bot, nodes, user, start, duration, runbooks, reason, tz)
     except Refused as exc:
+        shown = _shown(bot, runbooks)  # before the write: it may load the runbooks
         with bot.db.begin() as conn:
             audit.append(conn, Kind.WINDOW_REFUSED, user, {
                 "nodes": nodes[:200], "start": start[:40], "duration": duration[:40],
-                "runbooks": _shown(bot, runbooks)[:2000], "reason": str(exc)[:2000]})
+                "runbooks": shown[:2000], "reason": str(exc)[:2000]})
         raise
 
 
