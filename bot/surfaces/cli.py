@@ -400,9 +400,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from bot.runbooks.params import parse_assignments
     from bot.surfaces import json_output
     from bot.surfaces.rendering import plan_text
+    from bot.surfaces.secret_prompt import filled
 
     bot = _bot(args)
-    plan = bot.plan(args.name, parse_assignments(args.params), break_glass=args.break_glass)
+    raw = filled(bot, args.name, parse_assignments(args.params))
+    plan = bot.plan(args.name, raw, break_glass=args.break_glass)
     if args.json:
         return _print_json(json_output.plan(plan))
     print(plan_text(plan))
@@ -411,6 +413,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bot.runbooks.params import ParamError, parse_assignments
+    from bot.surfaces.secret_prompt import filled
     from kit.errors import Refused
 
     bot = _bot(args)
@@ -420,6 +423,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ParamError as exc:  # still one audit event for the refused request
         _refuse(bot, args.name, user, str(exc))
         raise Refused(str(exc)) from exc
+    raw = filled(bot, args.name, raw)  # NAME=- for a secret: read, not typed on the line
     execution_id = bot.request(args.name, raw, user, break_glass=args.break_glass)
     ex = bot.get(execution_id)
     print(f"execution {execution_id}", flush=True)
