@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from sqlalchemy import select, text, update
 
 from bot.execution.engine import Engine
@@ -134,7 +136,7 @@ def test_the_echo_of_a_secret_in_any_quoting_is_masked() -> None:
     value = "it's a pass word"
     seal = Unsealer({"[secret:pw:0123456789abcdef]": ("pw", value)})
     for text_ in (value, f"cmd '{value}'", f"cmd {json.dumps(value)}", f"x {value!r}",
-                  f"run: a {__import__('shlex').quote(value)} b"):
+                  f"run: a {shlex.quote(value)} b"):
         assert value not in seal.mask_text(text_) and "[secret:pw]" in seal.mask_text(text_)
     assert seal.mask({"argv": ["a", value], value: 1}) == {"argv": ["a", "[secret:pw]"],
                                                            "[secret:pw]": 1}
@@ -174,7 +176,7 @@ def test_a_restarted_engine_gets_the_value(make_bot: BotFactory, tmp_path: Path)
     execution_id = bot.request("keyed", {"node": "gpu01", "token": SECRET}, "alice")
     later = same_store(bot, tmp_path, make_bot, KEY)
     assert drive(later, execution_id).state == "succeeded"
-    assert fakes.JOURNAL == [("test.record", f"Bearer {SECRET}")]
+    assert [("test.record", f"Bearer {SECRET}")] == fakes.JOURNAL
 
 
 @pytest.mark.parametrize(("key", "said"), [(None, "no key to keep it"),
@@ -248,8 +250,6 @@ BAD_USES = [
 def test_a_runbook_that_would_spill_a_secret_does_not_load(
         params: dict[str, Any], steps: list[dict[str, Any]], said: str) -> None:
     body = runbook(steps or RECORD, **params)
-    import yaml
-
     with pytest.raises(RunbookError, match=said):
         load_text(yaml.safe_dump(body), Path("keyed.yaml"),
                   {"test.record": fakes.KeyArguments, "test.forget": fakes.KeyArguments})

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.test_manifests import OVERLAYS, env_of, render
+from tests.deploy.kustomize import OVERLAYS, render
+from tests.deploy.test_manifests import env_of
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
