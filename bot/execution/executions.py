@@ -6,13 +6,14 @@ running (bot.execution.engine). ``Execution`` lists the states.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, bindparam, delete, select, update
 
 from bot.execution import followups, locking
 from bot.execution.planning import Plan, plan_from_json
@@ -256,14 +257,27 @@ def save_step(conn: Connection, execution_id: int, phase: str, step_id: str, pos
               **fields: Any) -> None:
     if "result" in fields and fields["result"] is not None:
         fields["result"] = canonical(fields["result"])
-    key = (step_states.c.execution_id == execution_id) & (step_states.c.phase == phase) & (
-        step_states.c.step_id == step_id)
-    updated = conn.execute(update(step_states).where(key).values(**fields))
+    key = {"k_execution": execution_id, "k_phase": phase, "k_step": step_id}
+    updated = conn.execute(_step_update(tuple(sorted(fields))), {**key, **fields})
     if updated.rowcount == 0:
-        conn.execute(step_states.insert().values(
-            execution_id=execution_id, phase=phase, step_id=step_id, position=position,
-            **{"attempt": 0, **fields},
-        ))
+        conn.execute(_STEP_INSERT, {
+            "execution_id": execution_id, "phase": phase, "step_id": step_id,
+            "position": position, "attempt": 0, "started_at": None, "finished_at": None,
+            "result": None, "error": None, "state": None, **fields})
+
+
+_STEP_INSERT = step_states.insert()
+
+
+@functools.lru_cache(maxsize=64)
+def _step_update(names: tuple[str, ...]) -> Any:
+    """The step row's update of these columns, built once per set of columns (a statement
+    built per call costs more than the write)."""
+    return update(step_states).where(
+        (step_states.c.execution_id == bindparam("k_execution"))
+        & (step_states.c.phase == bindparam("k_phase"))
+        & (step_states.c.step_id == bindparam("k_step"))
+    ).values({name: bindparam(name) for name in names})
 
 
 def expire_if_due(conn: Connection, ex: Execution) -> bool:

@@ -63,25 +63,23 @@ def append(
     seq, prev = (found[0] + 1, found[1]) if found else (1, GENESIS)
     ts = now_iso()
     data_json = canonical(dict(data))
-    conn.execute(
-        audit_events.insert().values(
-            seq=seq,
-            ts=ts,
-            execution_id=execution_id,
-            kind=kind,
-            actor=actor,
-            data=data_json,
-            prev_hash=prev,
-            hash=event_hash(ts, execution_id, kind, actor, data_json, prev),
-        )
-    )
+    conn.execute(_INSERT, {
+        "seq": seq, "ts": ts, "execution_id": execution_id, "kind": kind, "actor": actor,
+        "data": data_json, "prev_hash": prev,
+        "hash": event_hash(ts, execution_id, kind, actor, data_json, prev),
+    })
     return seq
+
+
+# built once: every append runs them (a statement built per call costs more than the write)
+_INSERT = audit_events.insert()
+_LAST = select(audit_events.c.seq, audit_events.c.hash).order_by(
+    audit_events.c.seq.desc()).limit(1)
 
 
 def last(conn: Connection) -> tuple[int, str] | None:
     """The log's last event in the database: (position, hash); None when there is none."""
-    row = conn.execute(select(audit_events.c.seq, audit_events.c.hash)
-                       .order_by(audit_events.c.seq.desc()).limit(1)).first()
+    row = conn.execute(_LAST).first()
     return None if row is None else (int(row[0]), str(row[1]))
 
 
