@@ -19,6 +19,7 @@ import pytest
 
 from bot.config import load_config
 from bot.execution.engine import Engine
+from bot.store import db
 from kit import logs
 from tests.bot import fakes
 from tests.bot.runtime.test_access import free_port, post_alerts, serve_env, serve_until_up
@@ -118,8 +119,11 @@ def test_a_steps_own_lines_name_its_execution_and_runbook(
 
 
 def test_serve_in_json_writes_only_objects_on_stderr(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'bot.db'}"
+    db.connect(url).dispose()  # the database serve runs on (`runbook db init`'s part)
     port = free_port()
-    server = serve_until_up(port, serve_env(tmp_path, RUNBOOK_LOG_FORMAT="json"))
+    server = serve_until_up(port, serve_env(tmp_path, RUNBOOK_LOG_FORMAT="json",
+                                            RUNBOOK_DB_URL=url))
     try:
         status = post_alerts(port, None)
     finally:
