@@ -88,9 +88,10 @@ def compute_status(store: Store, pdb: Obj) -> Obj:
             "desiredHealthy": desired, "expectedPods": expected, "conditions": [condition]}
 
 
-def refresh(store: Store) -> None:
-    """Recompute every PDB's status; writes (and bumps resourceVersion) only on change."""
-    for pdb in store.scan(PDBS):
+def refresh(store: Store, pdbs: list[Obj] | None = None) -> None:
+    """Recompute the status of ``pdbs`` (default: every PDB); writes (and bumps
+    resourceVersion) only on change."""
+    for pdb in store.scan(PDBS) if pdbs is None else pdbs:
         status = compute_status(store, pdb)
         if status != pdb.get("status"):
             def change(obj: Obj, status: Obj = status) -> None:
@@ -117,10 +118,10 @@ def evict(store: Store, ns: str, name: str, body: Obj, dry_run: bool,
     options = body.get("deleteOptions") or {}
     with store.lock:
         pod = store.get(PODS, ns, name)
+        labels = meta(pod).get("labels") or {}
+        pdbs, _ = store.select(PDBS, ns, lambda p: selector_matches(
+            p.get("spec", {}).get("selector"), labels))
         if not _ignores_budget(pod):
-            labels = meta(pod).get("labels") or {}
-            pdbs, _ = store.select(PDBS, ns, lambda p: selector_matches(
-                p.get("spec", {}).get("selector"), labels))
             if len(pdbs) > 1:
                 raise errors.internal("This pod has more than one PodDisruptionBudget, which "
                                       "the eviction subresource does not support.")
@@ -132,7 +133,9 @@ def evict(store: Store, ns: str, name: str, body: Obj, dry_run: bool,
                     raise _budget_error(pdbs[0], status)
         if not dry_run:
             delete(ns, name, options.get("gracePeriodSeconds"))
-            refresh(store)
+            # only the budgets that select the pod change (the API server's disruption
+            # controller too watches pods, not every budget on every eviction)
+            refresh(store, pdbs)
     return status_body("Success", 201)
 
 
