@@ -20,7 +20,6 @@ if TYPE_CHECKING:
         SnapshotRestoreAction,
         SnapshotSaveAction,
         SnapshotStatusAction,
-        etcd_actions,
     )
     from adapters.etcd.adapter import ADAPTER
     from adapters.etcd.backend import (
@@ -36,7 +35,7 @@ if TYPE_CHECKING:
 __getattr__ = exports(__name__, {
     "adapters.etcd.actions": (
         "ACTION_CLASSES", "EtcdActions", "HealthAction", "KeyCountAction", "KeysPresentAction",
-        "SnapshotRestoreAction", "SnapshotSaveAction", "SnapshotStatusAction", "etcd_actions",
+        "SnapshotRestoreAction", "SnapshotSaveAction", "SnapshotStatusAction",
     ),
     "adapters.etcd.adapter": ("ADAPTER",),
     "adapters.etcd.backend": (
@@ -63,5 +62,4 @@ __all__ = [
     "SnapshotSaveAction",
     "SnapshotStatus",
     "SnapshotStatusAction",
-    "etcd_actions",
 ]

@@ -14,7 +14,6 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 
 from adapters.actions import (
-    Action,
     ActionBase,
     ActionContext,
     ActionError,
@@ -300,12 +299,7 @@ class EtcdActions(ConnectingActionSet[EtcdBackend, EtcdConfig]):
     backend_class = EtcdctlBackend
 
 
-def etcd_actions(config: EtcdConfig) -> list[Action]:
-    """The ``etcd.*`` actions for a configuration."""
-    return EtcdActions(config).all()
-
-
 __all__ = [
     "ACTION_CLASSES", "EtcdActions", "HealthAction", "KeyCountAction", "KeysPresentAction",
-    "SnapshotRestoreAction", "SnapshotSaveAction", "SnapshotStatusAction", "etcd_actions",
+    "SnapshotRestoreAction", "SnapshotSaveAction", "SnapshotStatusAction",
 ]
