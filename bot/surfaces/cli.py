@@ -756,7 +756,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             logs.report(execution_id, line)
             surface.report(execution_id, line)
 
-    from bot.surfaces.console.app import console
+    from bot.surfaces.console.pages import console
 
     mounts = {"/ui": console(bot)}  # the read-only console; it refuses all without identity
     paths = ", ".join(["/alerts", "/healthz", "/metrics", *routes, "/ui/"])

@@ -158,10 +158,3 @@ def when(value: str | float | None) -> str:
     if isinstance(value, int | float):
         return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
     return value[:19].replace("T", " ") + "Z"
-
-
-def console(bot: Service) -> Starlette:
-    """The console's application for ``bot``, with every page."""
-    from bot.surfaces.console import pages
-
-    return Console(bot, pages.ROUTES).app()

@@ -17,7 +17,7 @@ import httpx
 
 from bot.runtime.serving import application
 from bot.service import Service
-from bot.surfaces.console.app import console
+from bot.surfaces.console.pages import console
 from bot.surfaces.console.passwords import hash_password
 from tests.conftest import LAB_USERS
 

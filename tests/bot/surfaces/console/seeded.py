@@ -29,8 +29,8 @@ from bot.store.schema import (
     runbook_versions,
 )
 from bot.store.words import Kind
-from bot.surfaces.console.app import console
 from bot.surfaces.console.filters import Filter, Sort
+from bot.surfaces.console.pages import console
 from tests import postgres
 
 RUNBOOKS = ("drain", "resume", "swap")

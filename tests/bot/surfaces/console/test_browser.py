@@ -24,7 +24,7 @@ from bot.config import ConsoleConfig, ProxyIdentity, load_config
 from bot.runtime.httpserver import HttpServer
 from bot.runtime.serving import application, http_settings
 from bot.service import Service
-from bot.surfaces.console.app import console
+from bot.surfaces.console.pages import console
 from tests.bot.surfaces.console import site as demo
 
 if TYPE_CHECKING:
