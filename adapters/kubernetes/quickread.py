@@ -3,7 +3,8 @@ importing the official client, whose import is most of ``runbook node``'s start.
 
 It sends the requests ``client.ClientBackend`` sends, with the same connection settings
 (``access.resolve``), and answers with the same records and errors (the error texts are
-built here for both). ``make_reader`` gives the official client when ``resolve`` cannot.
+built here for both). ``reading.make_reader`` gives the official client when ``resolve``
+cannot.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from urllib.parse import quote
 
 import urllib3
 
-from adapters.kubernetes.access import Access, Unsupported, resolve
+from adapters.kubernetes.access import Access
 from adapters.kubernetes.backend import (
     KubernetesConflict,
     KubernetesError,
@@ -30,19 +31,6 @@ from adapters.lazy import package_version
 
 # What kubernetes.client's ApiClient sends as its User-Agent (a test compares the two).
 USER_AGENT = f"OpenAPI-Generator/{package_version('kubernetes')}/python"
-
-
-def make_reader(config: KubernetesConfig) -> Any:
-    """A QuickReader when the configuration allows one, else ``client.ClientBackend``."""
-    try:
-        access: Access | None = resolve(config)
-    except (Unsupported, OSError, ValueError, LookupError, TypeError, AttributeError):
-        access = None  # the official client reads it, and says what is wrong
-    if access is None:
-        from adapters.kubernetes.client import make_backend
-
-        return make_backend(config)
-    return QuickReader(config, access)
 
 
 class Failure(Exception):

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # module and factory its adapter builds the backend with, imported only when configured.
 VIEW_BACKENDS = {
     "slurm": ("adapters.slurm.backends", "make_backend"),
-    "kubernetes": ("adapters.kubernetes.quickread", "make_reader"),
+    "kubernetes": ("adapters.kubernetes.reading", "make_reader"),
     "prometheus": ("adapters.prometheus.quick", "QuickPrometheus"),
 }
 

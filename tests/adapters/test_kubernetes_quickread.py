@@ -26,7 +26,8 @@ from adapters.kubernetes import access as access_module
 from adapters.kubernetes.backend import KubernetesError
 from adapters.kubernetes.client import ClientBackend
 from adapters.kubernetes.config import KubernetesConfig
-from adapters.kubernetes.quickread import USER_AGENT, QuickReader, make_reader
+from adapters.kubernetes.quickread import USER_AGENT, QuickReader
+from adapters.kubernetes.reading import make_reader
 from tests.lab.fixture import REPO
 
 sys.path.insert(0, str(REPO / "deploy" / "lab"))
