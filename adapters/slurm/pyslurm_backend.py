@@ -25,7 +25,6 @@ from adapters.slurm.backend import (
     Job,
     NodeInfo,
     Reservation,
-    SlurmBackend,
     SlurmctldUnreachable,
     SlurmError,
 )
@@ -295,10 +294,3 @@ class PyslurmBackend:
                      timeout: float, env: Mapping[str, str] | None = None,
                      tasks_per_node: int = 1) -> tuple[int, str, str]:
         raise self._refuse("run_on_nodes")
-
-
-def make_backend(config: SlurmConfig) -> SlurmBackend:
-    """Moved to ``adapters.slurm.backends`` (kept here for existing imports)."""
-    from adapters.slurm.backends import make_backend as pick
-
-    return pick(config)

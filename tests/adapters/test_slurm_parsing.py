@@ -28,9 +28,9 @@ from adapters.slurm import (
     SlurmError,
     parsing,
 )
+from adapters.slurm.backends import make_backend
 from adapters.slurm.fake import FakeSlurm as FakeBackend
 from adapters.slurm.hostlist import MAX_NAMES, TooMany, compress, expand, size
-from adapters.slurm.pyslurm_backend import make_backend
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
