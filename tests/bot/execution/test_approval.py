@@ -18,6 +18,7 @@ from bot.store.schema import locks
 from bot.store.words import State
 from kit.errors import Refused
 from tests.bot import fakes
+from tests.bot.execution.bounded import drive, run_pending_once
 from tests.bot.execution.test_engine import record, runbook
 from tests.conftest import BotFactory
 
@@ -39,14 +40,15 @@ def test_the_engine_itself_never_starts_a_run_short_of_approvals(make_bot: BotFa
     """The service's gate skipped (a row written approved by a bug or by hand): the engine
     counts the approvals of the plan it would run and asks for them instead of running."""
     fakes.reset()
-    bot = make_bot({"demo": runbook([record("a", "a")], risk="medium")})
+    bot = make_bot({"demo": runbook([record("a", "a")], risk="medium")},
+                   engine={"poll_seconds": 0.05})  # a loop that never ends fails in seconds
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     with bot.db.begin() as conn:
         conn.execute(update(executions_table).where(executions_table.c.id == execution_id)
                      .values(state="approved"))
     engine = Engine(bot, sleep=lambda s: None)
     try:
-        engine.run_pending(once=True)
+        run_pending_once(engine)
     finally:
         engine.close()
     assert bot.get(execution_id).state == "awaiting_approval"
@@ -66,7 +68,8 @@ def test_a_run_that_loses_its_locks_while_running_is_held_before_its_next_step(
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")  # risk low: runs at once
     engine = Engine(bot, sleep=lambda s: None)
     box: dict[str, Any] = {}
-    worker = threading.Thread(target=lambda: box.update(ex=engine.drive(execution_id)))
+    worker = threading.Thread(target=lambda: box.update(ex=drive(engine, execution_id)),
+                              daemon=True)
     worker.start()
     try:
         assert fakes.STARTED.setdefault("wait", threading.Event()).wait(10)
@@ -76,6 +79,7 @@ def test_a_run_that_loses_its_locks_while_running_is_held_before_its_next_step(
         worker.join(20)
     finally:
         engine.close()
+    assert not worker.is_alive()
     assert box["ex"].state == "held", box["ex"].error
     token = box["ex"].fencing_token
     assert box["ex"].error == (
