@@ -439,13 +439,15 @@ def test_cli_missing_program_and_timeout() -> None:
         CliBackend(SlurmConfig(timeout=3), runner=slow).delete_reservation("m")
 
 
-def test_real_runner_times_out_and_terminates() -> None:
+def test_real_runner_times_out_and_terminates(tmp_path: Path) -> None:
     from adapters.slurm.cli import run_process
 
-    began = time.monotonic()
+    marker = tmp_path / "terminated"
+    script = (f"trap 'echo TERM > {marker}; kill $!; exit 0' TERM; "
+              "sleep 30 >/dev/null 2>&1 & wait")
     with pytest.raises(subprocess.TimeoutExpired):
-        run_process(["sleep", "30"], env={"PATH": "/usr/bin:/bin"}, timeout=0.3)
-    assert time.monotonic() - began < 10
+        run_process(["sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, timeout=0.3)
+    assert marker.read_text() == "TERM\n"  # told to end (SIGTERM), not left to run 30 s
 
 
 def test_make_backend_cli_by_default() -> None:

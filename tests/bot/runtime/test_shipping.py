@@ -71,12 +71,21 @@ def assert_complete(engine: Engine, receiver: Receiver, destination: str) -> lis
 
 @pytest.mark.parametrize("kind", ["rsyslogd", "otlp_sink"])
 def test_every_event_arrives_in_order_though_the_receiver_stops_mid_stream(
-        kind: str, request: pytest.FixtureRequest, sqlite_url: str) -> None:
+        kind: str, request: pytest.FixtureRequest, sqlite_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     receiver: Receiver = request.getfixturevalue(kind)
     engine = db.connect(sqlite_url)
     lines: list[str] = []
     destination = client_of(receiver)
     shipper = Shipper(engine, destination, FAST, lines.append)
+    attempts: list[int] = []  # the shipper's tries to send, counted
+    step = shipper.step
+
+    def counted() -> int:
+        attempts.append(1)
+        return step()
+
+    monkeypatch.setattr(shipper, "step", counted)
     stop, stopped = threading.Event(), threading.Event()
 
     def writer() -> None:  # the second half is written while the receiver is down
@@ -93,7 +102,8 @@ def test_every_event_arrives_in_order_though_the_receiver_stops_mid_stream(
         receiver.stop()  # mid-stream: events are still being written and shipped
         stopped.set()
         until(lambda: any("not delivered" in line for line in lines), "a failure")
-        time.sleep(0.2)  # the shipper backs off and tries again meanwhile
+        failed = len(attempts)
+        until(lambda: len(attempts) > failed + 1, "tries again while it is down")  # backs off
         receiver.start()
         threads[1].join()
         until(lambda: shipping.cursor(engine, destination.name).seq == 500, "the cursor")

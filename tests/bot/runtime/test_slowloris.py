@@ -45,6 +45,7 @@ class Dribbler:
     every: float = 0.25
     clients: list[Slow] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    dribbled: threading.Event = field(default_factory=threading.Event)  # a round was sent
     thread: threading.Thread | None = None
 
     def start(self, count: int) -> None:
@@ -81,6 +82,7 @@ class Dribbler:
                     next_byte += self.every
                     for key in list(selector.get_map().values()):
                         self._send(selector, key.data)
+                    self.dribbled.set()
 
     def _read(self, selector: selectors.BaseSelector, client: Slow) -> None:
         try:
@@ -144,7 +146,7 @@ def test_slow_clients_hold_no_thread_and_are_cut_after_the_deadline(
         dribbler = Dribbler(server.port)
         try:
             dribbler.start(SLOW)
-            time.sleep(0.3)  # every slow client has sent a few header bytes
+            assert dribbler.dribbled.wait(5)  # every slow client has sent a few header bytes
             threads_during = threading.active_count()
             statuses = fast_requests(pool, server.port)
             all_cut = dribbler.wait_all_cut(HEADER_TIMEOUT + 4)

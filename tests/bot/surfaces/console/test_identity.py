@@ -376,18 +376,20 @@ def test_wrong_passwords_do_not_hold_up_the_server(make_bot: BotFactory, hashed:
     passwords are tried, /healthz still answers at once."""
     with console_server(make_bot, basic={"alice": hashed}) as port:
         stop = threading.Event()
+        refused = [threading.Event() for _ in range(4)]  # each guesser's first one answered
 
-        def guess() -> None:
+        def guess(number: int) -> None:
             attempt = 0
             while not stop.is_set():
                 attempt += 1
                 send(port, headers=list(basic("alice", f"guess {attempt}").items()))
+                refused[number].set()
 
-        guessers = [threading.Thread(target=guess) for _ in range(4)]
+        guessers = [threading.Thread(target=guess, args=(n,)) for n in range(4)]
         for thread in guessers:
             thread.start()
         try:
-            time.sleep(0.3)
+            assert all(first.wait(TIMEOUT) for first in refused)  # all four are guessing
             waits = []
             for _ in range(10):
                 started = time.monotonic()
