@@ -98,4 +98,6 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python3", "-c", "import os, sys, urllib.request; sys.exit(0 if urllib.request.urlopen(os.environ['RUNBOOK_HEALTH_URL'], timeout=4).status == 200 else 1)"]
 # On 0.0.0.0 POST /alerts needs its bearer token: RUNBOOK_ALERTS_TOKEN (or a file named by
 # server.alerts_token_file); without one `runbook serve` refuses to start (docs/operations.md).
-CMD ["runbook", "serve", "--host", "0.0.0.0"]
+# --init-db: the first start creates the database (`runbook db init`); other commands run in
+# the image refuse a database that is not there.
+CMD ["runbook", "serve", "--host", "0.0.0.0", "--init-db"]

@@ -56,7 +56,8 @@ def main(count: int = 200) -> None:
         (folder / "drain-node.yaml").write_text(yaml.safe_dump(RUNBOOK))
         nodes = [f"gpu{i:03d}" for i in range(count)]
         config = Config.model_validate({
-            "database_url": f"sqlite:///{tmp}/bot.db", "runbook_paths": [str(folder)],
+            "database_url": f"sqlite:///{tmp}/bot.db", "database": {"create": True},
+            "runbook_paths": [str(folder)],
             "inventory": {"nodes": nodes},
             "alert_rules": [{"match": {"alertname": "GpuXidUncorrectable"},
                              "runbook": "drain-node",

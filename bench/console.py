@@ -83,7 +83,8 @@ class Served:
         empty.mkdir()
         config = folder / "bot.yaml"
         config.write_text(yaml.safe_dump({
-            "database_url": url, "runbook_paths": [str(empty)], "requesters": ["*"],
+            "database_url": url, "database": {"create": True},
+            "runbook_paths": [str(empty)], "requesters": ["*"],
             "console": {"proxy": {"trusted": ["127.0.0.1"]}, "auditors": [f"user:{AUDITOR}"]},
         }))
         self.port = postgres._free_port()
@@ -179,9 +180,9 @@ class InProcess:
         from bot.surfaces.console.app import Console
 
         config = Config.model_validate({
-            "database_url": url, "runbook_paths": [str(folder / "runbooks")],
-            "requesters": ["*"], "console": {"proxy": {"trusted": ["127.0.0.1"]},
-                                             "auditors": [f"user:{AUDITOR}"]}})
+            "database_url": url, "database": {"create": True},
+            "runbook_paths": [str(folder / "runbooks")], "requesters": ["*"],
+            "console": {"proxy": {"trusted": ["127.0.0.1"]}, "auditors": [f"user:{AUDITOR}"]}})
         self.bot = Service.from_config(config)
         self.console = Console(self.bot, console_pages.ROUTES)
         self.handler = next(h for p, h, _ in console_pages.ROUTES if p == "/executions")

@@ -162,7 +162,7 @@ def bot_config(folder: Path, lab: KubeLab) -> Path:
     path = folder / "bot.yaml"
     path.write_text(yaml.safe_dump({
         "lab": True,  # allows --as USER, so one terminal can be requester and approver
-        "database_url": f"sqlite:///{folder / 'bot.db'}",
+        "database_url": f"sqlite:///{folder / 'bot.db'}", "database": {"create": True},
         "users": {"alice": {"groups": ["oncall"]}, "carol": {"groups": ["gpu-leads"]},
                   "dave": {"groups": ["gpu-leads"]}},
         "requesters": ["group:oncall", "group:gpu-leads"],

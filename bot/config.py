@@ -476,6 +476,15 @@ class SecretsConfig(BaseModel):
     key_file: Path | None = None
 
 
+class DatabaseConfig(BaseModel):
+    """The database (its URL is ``database_url``): ``create: true`` lets any command create
+    it when it is not there; by default only ``runbook db init`` does, so that a mistyped
+    URL fails instead of starting a new, empty audit log."""
+
+    model_config = ConfigDict(extra="forbid")
+    create: bool = False
+
+
 class Config(BaseModel):
     """Everything the bot reads from its configuration file."""
 
@@ -483,6 +492,7 @@ class Config(BaseModel):
 
     lab: bool = False  # allows --as USER: for demos and tests only
     database_url: str | None = None
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)  # create: db init only
     runbook_paths: list[Path] = Field(default_factory=lambda: [shipped_runbooks()])
     users: dict[str, UserConfig] = Field(default_factory=dict)
     requesters: list[str] = Field(default_factory=lambda: ["*"])

@@ -116,7 +116,7 @@ class Service:
     def from_config(cls, config: Config) -> Service:
         from bot.execution.assembly import assemble
 
-        engine = db.connect(config.resolved_database_url())
+        engine = db.connect(config.resolved_database_url(), create=config.database.create)
         parts = assemble(config, engine)
         return cls(
             config=config,

@@ -41,6 +41,7 @@ step "1. selftest with no configuration file (state in a temporary folder)"
 (
   export XDG_STATE_HOME="$demo_dir/state"
   unset RUNBOOK_CONFIG RUNBOOK_DB_URL
+  "$runbook" db init   # the one command that creates the database
   "$runbook" run selftest message="hello from make demo" --wait
   "$runbook" audit verify
 )

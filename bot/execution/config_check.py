@@ -17,7 +17,7 @@ from typing import Any
 from adapters.registry import registered
 from adapters.slurm import capability
 from adapters.slurm.backend import NeedsOperations
-from bot.config import Config
+from bot.config import Config, database_url_problem, default_database_url
 from bot.runbooks.catalogue import KNOWN
 from bot.runbooks.loading import LoadedRunbook, RunbookError, load_all
 from kit.yamldoc import Loc, dotted
@@ -46,6 +46,7 @@ class Report:
     partial: dict[str, list[str]] = field(default_factory=dict)  # needed by steps under when:
     # Slurm operations only slurmrestd can say it does (offline, unpinned) -> runbooks
     unknown: dict[str, set[str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # not wrong, but worth saying
     files: int = 0  # files and folders looked at
     runbooks: int = 0
 
@@ -55,6 +56,7 @@ def check(config: Config, *, ask: Ask | None = None) -> Report:
     it the answer comes from the configuration (adapters.slurm.capability)."""
     report = Report()
     _check_files(config, report)
+    _check_database(config, report)
     try:
         found = load_all([p for p in config.runbook_paths if p.exists()],  # others: above
                          {n: k[0] for n, k in KNOWN.items()})
@@ -107,6 +109,29 @@ def _check_files(config: Config, report: Report) -> None:
         report.files += 1
         if not path.exists():
             problem(f"runbook_paths[{index}]", path, "no such file or folder")
+
+
+def _check_database(config: Config, report: Report) -> None:
+    """The URL (RUNBOOK_DB_URL too) and, for SQLite, its folder, which the bot never makes
+    (but for its own state folder of the default database, on ``db init``). A database not
+    made yet is a note: ``runbook db init`` (or ``serve --init-db``) makes it."""
+    url = config.resolved_database_url()
+    problem = database_url_problem(url)
+    if problem is not None:
+        report.problems.append(f"database_url: {problem}")
+        return
+    scheme, _, rest = url.partition(":///")
+    if not scheme.startswith("sqlite") or not rest or rest.startswith(":memory:"):
+        return
+    path = Path(rest.split("?")[0])
+    report.files += 1
+    if not path.parent.is_dir() and url != default_database_url():
+        report.problems.append(f"database_url: {path.parent}: no such folder (the bot never "
+                               "creates a database's folder)")
+    elif not path.exists():
+        report.notes.append(f"the database {path} is not there yet: `runbook db init` creates "
+                            "it" + (" (database.create: any command)" if config.database.create
+                                    else ""))
 
 
 def _check_runbook(config: Config, loaded: LoadedRunbook, ask: Ask | None,

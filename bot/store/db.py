@@ -6,6 +6,8 @@ It makes the handle and migrates; it queries none of the bot's own tables.
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,10 +35,78 @@ def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def connect(url: str, *, migrate: bool = True) -> Engine:
+def connect(url: str, *, migrate: bool = True, create: bool = True) -> Engine:
     """An Engine for ``url`` with the schema at the head revision. A URL the bot does not
     support (its scheme, or a driver that is not installed) is a DatabaseError naming the
-    supported ones, never a traceback."""
+    supported ones, never a traceback.
+
+    With ``create=False`` (what the bot's commands pass: the configuration's
+    ``database.create``) a database that is not there (no SQLite file, or no bot schema in
+    it or in the PostgreSQL database) is a DatabaseError naming ``runbook db init``: a
+    mistyped URL never starts a new, empty audit log. A SQLite file's folder is never made.
+    """
+    engine = _engine(url)
+    if not create:
+        _refuse_missing(engine)
+    if migrate:
+        upgrade(engine)
+    return engine
+
+
+def init(url: str) -> bool:
+    """``runbook db init``: the database at the head revision, made if it is not there;
+    True when it was made (or had no bot schema yet)."""
+    engine = _engine(url)
+    try:
+        made = _revision_or_none(engine) is None
+        upgrade(engine)
+    finally:
+        engine.dispose()
+    return made
+
+
+def _refuse_missing(engine: Engine) -> None:
+    if _revision_or_none(engine) is not None:
+        return
+    engine.dispose()
+    where = engine.url.render_as_string(hide_password=True)
+    database = engine.url.database
+    what = (f"there is no database {where}" if engine.url.get_backend_name() == "sqlite"
+            and database and not Path(database).exists() else
+            f"the database {where} holds no bot schema (it was never initialised)")
+    raise DatabaseError(f"{what}: `runbook db init` creates it (or `database: {{create: "
+                        "true}` in the configuration); the bot does not create one by itself, "
+                        "so that a mistyped URL cannot start a new, empty audit log")
+
+
+def _revision_or_none(engine: Engine) -> str | None:
+    """The schema revision, None when there is no database or no schema in it yet. A SQLite
+    file is read read-only: looking must not turn a stranger's file into a database."""
+    database = engine.url.database
+    try:
+        if engine.url.get_backend_name() == "sqlite" and database and database != ":memory:":
+            return _sqlite_revision(Path(database))
+        return current_revision(engine)
+    except Exception as exc:  # any driver error: say which database and why
+        raise DatabaseError(f"cannot open the database "
+                            f"{engine.url.render_as_string(hide_password=True)}: {exc}") from exc
+
+
+def _sqlite_revision(path: Path) -> str | None:
+    if not path.exists() or path.stat().st_size == 0:
+        return None  # connecting would make it a database
+    with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                                 timeout=30)) as conn:
+        try:
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return None
+            raise
+    return None if row is None else str(row[0])
+
+
+def _engine(url: str) -> Engine:
     problem = database_url_problem(url)
     if problem is None:
         try:
@@ -57,8 +127,6 @@ def connect(url: str, *, migrate: bool = True) -> Engine:
             f"the database driver for {parsed.drivername}:// is not installed ({exc.name}): "
             "install the bot with its postgres extra (pip install 'gpu-runbook-bot[postgres]')"
         ) from None
-    if migrate:
-        upgrade(engine)
     return engine
 
 
@@ -68,8 +136,11 @@ def _sqlite_engine(url: str) -> Engine:
     failing with "database is locked"; PostgreSQL serialises the audit chain with an
     advisory lock instead (bot.store.audit)."""
     database = make_url(url).database
-    if database and database != ":memory:":
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    if database and database != ":memory:" and not Path(database).parent.is_dir():
+        raise DatabaseError(f"the folder {Path(database).parent} of the database {url} does "
+                            "not exist: the bot never creates a database's folder (a mistyped "
+                            "path would start a new audit log); create it, then `runbook db "
+                            "init`")
     engine = create_engine(url, connect_args={"timeout": 30})
 
     @event.listens_for(engine, "connect")

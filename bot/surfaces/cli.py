@@ -191,6 +191,9 @@ def _version_and_process_commands(add: _Add) -> None:
                      "Slack, and on the leader the engine and the scheduler")
     p.add_argument("--host", help="address to listen on (default: server.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: server.port, 8080)")
+    p.add_argument("--init-db", action="store_true",
+                   help="create the database when it is not there (runbook db init), for an "
+                        "image or a pod whose database is made at its first start")
     p = add("console", "the web console at /ui of serve: hash-password reads a password "
                        "(twice at a terminal, else one line of stdin) and prints the hash "
                        "console.basic takes")
@@ -549,7 +552,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from bot.store.db import READ_ONLY, connect
 
     config = _config(args)
-    engine = connect(config.resolved_database_url())
+    engine = connect(config.resolved_database_url(), create=config.database.create)
     if args.audit_command == "checkpoint":
         return _checkpoint(engine, _checkpoint_file(config, ""))
     if args.audit_command == "archive":
@@ -737,6 +740,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if alerts.warning:
         logs.liner("bot.serve", "warning: ", logging.WARNING, sys.stderr)(alerts.warning)
+    if args.init_db:  # after the checks above: a refused start creates nothing
+        from bot.store import db
+
+        db.init(config.resolved_database_url())
     bot = _bot(args, config)
     bot.runbooks()
     slack = _slack_surface(bot)
@@ -1079,6 +1086,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "schema": cmd_schema,
     "docs": cmd_docs,
     "config": setup_commands.cmd_config,
+    "db": setup_commands.cmd_db,
 }
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def node_parts(config: Config) -> NodeParts:
     if database is None:
         from bot.store import db
 
-        database = db.connect(url)
+        database = db.connect(url, create=config.database.create)
     backends: dict[str, Any] = {}
     for name, (module, factory) in VIEW_BACKENDS.items():
         section = getattr(config, name)

@@ -1,6 +1,6 @@
 """``runbook config check`` and ``runbook db init``: a site's first commands, before it runs
 anything. They print what they find and return the exit code; the judging is in
-bot.execution.config_check and bot.store.db."""
+bot.execution.config_check, the making in bot.store.db."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ def add_commands(add: _Add) -> None:
     p.add_argument("--offline", action="store_true",
                    help="contact no server (without it, Slurm and Kubernetes are asked to "
                         "list their nodes, and slurmrestd what it can do)")
+    p = add("db", "init: create the database (or bring its schema up to date); the only "
+                  "command that creates one, unless the configuration says database: "
+                  "{create: true}")
+    p.add_argument("action", choices=["init"])
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -47,6 +51,8 @@ def cmd_config(args: argparse.Namespace) -> int:
         print(f"not available here: {runbook}: needs {', '.join(needs)}")
     for runbook, needs in sorted(report.partial.items()):
         print(f"in part here: {runbook}: its steps under when: need {', '.join(needs)}")
+    for note in report.notes:
+        print(f"note: {note}")
     for operation, runbooks in sorted(report.unknown.items()):
         print(f"not checked: {operation} ({', '.join(sorted(runbooks))}): only slurmrestd "
               "can say whether its API version has it; pin slurm.rest.api_version, or check "
@@ -57,3 +63,24 @@ def cmd_config(args: argparse.Namespace) -> int:
           f"{', offline' if args.offline else ''})")
     sys.stdout.flush()
     return EXIT_OK if not report.problems else EXIT_BAD_INPUT
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    """``db init``: the one command that creates the database. The folder of a SQLite file
+    must be there, except the bot's own state folder of the default database."""
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    from bot.config import DB_URL_ENV, load_config
+    from bot.store import db
+
+    config = load_config(args.config)
+    url = config.resolved_database_url()
+    if config.database_url is None and not os.environ.get(DB_URL_ENV):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    made = db.init(url)
+    shown = make_url(url).render_as_string(hide_password=True)
+    print(f"created the database {shown} (schema {db.HEAD_REVISION})" if made else
+          f"the database {shown} is there (schema {db.HEAD_REVISION}): nothing created")
+    return EXIT_OK

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from bot.config import ConfigError, load_config
+from bot.store import db
 from bot.surfaces import cli
 
 
@@ -20,6 +21,7 @@ def written(tmp_path: Path, ship: dict[str, Any]) -> Path:
     path.parent.mkdir(exist_ok=True)
     path.write_text(yaml.safe_dump({"database_url": f"sqlite:///{tmp_path / 'bot.db'}",
                                     "audit": {"ship": ship}}))
+    db.init(f"sqlite:///{tmp_path / 'bot.db'}")  # `runbook db init`: serve never creates it
     return path
 
 

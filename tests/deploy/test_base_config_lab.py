@@ -15,6 +15,7 @@ import yaml
 
 from bot.config import load_config
 from bot.service import Service
+from bot.store import db
 from kit.errors import Refused
 from tests.deploy.kustomize import REPO, render
 from tests.lab.fixture import Lab
@@ -82,6 +83,7 @@ def site_bot(lab: Lab, tmp_path: Path) -> Iterator[Service]:
     lab_raw = yaml.safe_load((lab.dir / "bot.yaml").read_text())
     path = tmp_path / "config.yaml"  # read as the pod reads its ConfigMap: a file
     path.write_text(yaml.safe_dump(sited(base, lab_raw, tmp_path)))
+    db.init(f"sqlite:///{tmp_path / 'bot.db'}")  # what the pod's serve --init-db does
     bot = Service.from_config(load_config(path))
     assert {"gpu01", "gpu05", "gpu08"} <= set(bot.inventory.nodes)  # discovered by label
     assert "gpu05" in bot.inventory.kubernetes and "gpu05" in bot.inventory.slurm

@@ -103,7 +103,7 @@ def test_non_root_with_the_clients_the_runbooks_need(image: str) -> None:
                      image)
     user, cmd, health = inspect.stdout.strip().split("|")
     assert user == f"{UID}:{UID}"
-    assert cmd == '["runbook","serve","--host","0.0.0.0"]'
+    assert cmd == '["runbook","serve","--host","0.0.0.0","--init-db"]'
     assert "RUNBOOK_HEALTH_URL" in health and "urllib.request" in health
 
 

@@ -122,7 +122,8 @@ def test_probes_on_healthz(rendered: tuple[str, list[dict[str, Any]]]) -> None:
     _, docs = rendered
     bot = container(docs)
     assert bot["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
-    assert bot["args"] == ["runbook", "serve", "--host", "0.0.0.0", "--port", "8080"]
+    assert bot["args"] == ["runbook", "serve", "--host", "0.0.0.0", "--port", "8080",
+                           "--init-db"]
     # Readiness asks the database; liveness (and the start, which gates it) never does, so a
     # database outage makes replicas unready and restarts none (tests/deploy/
     # test_cluster_policy.py, tests/bot/runtime/test_liveness.py).

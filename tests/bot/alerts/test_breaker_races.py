@@ -14,7 +14,7 @@ import yaml
 from bot.alerts import breaker
 from bot.config import load_config
 from bot.service import Service
-from bot.store import audit
+from bot.store import audit, db
 from bot.store.words import Kind
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -37,6 +37,7 @@ def _config(tmp_path: Path, url: str) -> Path:
         "requesters": ["group:oncall"], "approvers": ["group:leads"],
         "inventory": {"nodes": ["gpu01", "gpu02", "gpu03"], "discover": False},
         "remediation": {"breaker": {"max_nodes_per_hour": 1}}}))
+    db.init(url)  # `runbook db init`: the bot's commands never create the database
     return path
 
 

@@ -19,6 +19,7 @@ import pytest
 from bot.config import ConfigError, ServerConfig, load_config
 from bot.runtime import access
 from bot.runtime.access import AlertsAuthError, alerts_access
+from bot.store import db
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 RUNBOOK = [sys.executable, "-m", "bot"]
@@ -117,16 +118,25 @@ def test_bearer_problem_compares_the_header() -> None:
 
 # --- runbook serve ------------------------------------------------------------------------------
 
-def serve_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+def bare_serve_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The defaults under a temporary state folder, with no database yet."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNBOOK_")}
     env.update(XDG_STATE_HOME=str(tmp_path / "state"), **extra)
     return env
 
 
+def serve_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The defaults, their database made first, as a site runs `runbook db init` before
+    `runbook serve` (which never creates one)."""
+    (tmp_path / "state" / "gpu-runbook-bot").mkdir(parents=True)
+    db.init(f"sqlite:///{tmp_path / 'state' / 'gpu-runbook-bot' / 'bot.db'}")
+    return bare_serve_env(tmp_path, **extra)
+
+
 def test_serve_refuses_an_unauthenticated_alerts_off_loopback(tmp_path: Path) -> None:
     done = subprocess.run([*RUNBOOK, "serve", "--host", "0.0.0.0", "--port", str(free_port())],
-                          env=serve_env(tmp_path), capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+                          env=bare_serve_env(tmp_path), capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "set RUNBOOK_ALERTS_TOKEN (or server.alerts_token_file)" in done.stderr
     assert "server.alerts_auth: none" in done.stderr

@@ -218,6 +218,7 @@ def wait_for(check: Callable[[], bool], stop: threading.Event) -> bool:
 def test_the_leader_records_at_start_every_interval_and_at_stop(tmp_path: Path,
                                                                  sqlite_url: str) -> None:
     config = Config(database_url=sqlite_url, audit={"checkpoint_seconds": 1})
+    db.init(sqlite_url)  # `runbook db init`: the bot's commands never create the database
     bot = Service.from_config(config)
     file = tmp_path / "cp"
     said: list[str] = []
@@ -240,6 +241,7 @@ def test_the_leader_posts_each_new_head_to_the_chat_once(tmp_path: Path,
                                                           sqlite_url: str) -> None:
     """audit.checkpoint_chat without a file: the chat is the record kept apart, and a head
     already posted is not posted again."""
+    db.init(sqlite_url)
     bot = Service.from_config(Config(database_url=sqlite_url, audit={"checkpoint_seconds": 1}))
     posted: list[checkpoints.Checkpoint] = []
     stop = threading.Event()

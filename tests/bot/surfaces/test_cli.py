@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bot.store import db
 from bot.surfaces import cli as cli_module
 from tests.conftest import LAB_USERS, NODES
 
@@ -68,6 +69,7 @@ def bare_env(tmp_path: Path) -> dict[str, str]:
     """No configuration file at all: the defaults, with state under a temporary home."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNBOOK_")}
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    assert cli_here("db", "init", env=env).returncode == 0  # a new install's first command
     return env
 
 
@@ -115,6 +117,7 @@ def lab_env(tmp_path: Path) -> dict[str, str]:
         },
     }
     (tmp_path / "bot.yaml").write_text(yaml.safe_dump(config))
+    db.init(f"sqlite:///{tmp_path / 'bot.db'}")  # `runbook db init`: commands never create it
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNBOOK_")}
     env["RUNBOOK_CONFIG"] = str(tmp_path / "bot.yaml")
     return env
@@ -316,6 +319,7 @@ def os_env(tmp_path: Path) -> dict[str, str]:
         "approvers": ["*"],
         "inventory": {"nodes": NODES},
     }))
+    db.init(f"sqlite:///{tmp_path / 'bot.db'}")  # `runbook db init`
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNBOOK_")}
     env["RUNBOOK_CONFIG"] = str(tmp_path / "bot.yaml")
     return env

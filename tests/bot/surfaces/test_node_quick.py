@@ -167,6 +167,7 @@ def test_no_name_is_every_node_and_a_hostlist_its_nodes(
     config.write_text(yaml.safe_dump({"database_url": f"sqlite:///{tmp_path / 'bot.db'}",
                                       "inventory": {"nodes": ["gpu03", "gpu01", "gpu02"],
                                                     "discover": False}}))
+    db.init(f"sqlite:///{tmp_path / 'bot.db'}")  # `runbook db init`
     assert cli.main(["--config", str(config), "node", *given]) == cli.EXIT_OK
     out = capsys.readouterr().out
     assert [line.split()[1].rstrip(":") for line in out.splitlines()

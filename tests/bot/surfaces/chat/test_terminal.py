@@ -111,6 +111,8 @@ def test_as_refused_without_lab(make_bot: BotFactory) -> None:
 def test_runbook_chat_script_mode(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNBOOK_")}
     env["XDG_STATE_HOME"] = str(tmp_path)
+    subprocess.run([sys.executable, "-m", "bot", "db", "init"], env=env, check=True,
+                   capture_output=True, timeout=60)  # the first command on a new install
     done = subprocess.run([sys.executable, "-m", "bot", "chat"], input="run selftest\n",
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

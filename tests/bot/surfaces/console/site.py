@@ -24,7 +24,7 @@ import yaml
 from bot.config import load_config
 from bot.execution.engine import Engine
 from bot.service import Service
-from bot.store import checkpoints
+from bot.store import checkpoints, db
 from bot.surfaces.console.passwords import hash_password
 
 PASSWORD = "lab-only console password"  # for carol and alice; never a real one
@@ -124,6 +124,7 @@ def make(folder: Path) -> Site:
     }
     site = Site(folder, folder / "bot.yaml", folder / "bot.db")
     site.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    db.init(f"sqlite:///{folder / 'bot.db'}")  # `runbook db init`: commands never create it
     site.runbook(probe_node("1.0.0", extra_step=False))
     site.runbook(burn_in())
     return site

@@ -8,7 +8,7 @@ from typing import Any
 
 from bot.config import Config
 from bot.service import Service
-from bot.store import checkpoints
+from bot.store import checkpoints, db
 from bot.surfaces.slack.poster import Poster
 from tests.bot.store.test_audit import fill
 
@@ -26,6 +26,7 @@ class RecordingClient:
 
 def test_a_head_is_posted_once_and_reads_back_as_a_checkpoint(tmp_path: Path,
                                                               sqlite_url: str) -> None:
+    db.init(sqlite_url)  # `runbook db init`: the bot's commands never create the database
     bot = Service.from_config(Config(database_url=sqlite_url))
     fill(bot.db, 2)
     seq, digest = checkpoints.head(bot.db)
