@@ -8,6 +8,7 @@ commands, so ``runbook run selftest`` works on a fresh install.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import pwd
@@ -476,6 +477,45 @@ class SecretsConfig(BaseModel):
     key_file: Path | None = None
 
 
+class RunbooksConfig(BaseModel):
+    """Which runbooks the bot loads: the shipped ones (less those ``exclude`` names) and the
+    site's own folders or files (``paths``, relative to the configuration file). The older
+    ``runbook_paths`` is the same as ``shipped: false`` with those paths."""
+
+    model_config = ConfigDict(extra="forbid")
+    shipped: bool = True  # the runbooks shipped with the bot (inside its package)
+    paths: list[Path] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)  # shipped runbooks left out, by name
+
+    @field_validator("exclude")
+    @classmethod
+    def _shipped_names(cls, value: list[str]) -> list[str]:
+        known = shipped_names()
+        for name in value:
+            if name not in known:
+                hint = difflib.get_close_matches(name, sorted(known), n=1)
+                raise ValueError(f'"{name}" is not a shipped runbook'
+                                 + (f' (did you mean "{hint[0]}"?)' if hint else ""))
+        return value
+
+    @model_validator(mode="after")
+    def _exclude_needs_shipped(self) -> RunbooksConfig:
+        if self.exclude and not self.shipped:
+            raise ValueError("exclude leaves out shipped runbooks, but shipped is false")
+        return self
+
+    def resolved(self) -> list[Path]:
+        """The files and folders to load: each shipped file not excluded, then ``paths``."""
+        shipped = [file for file in sorted(shipped_runbooks().glob("*.yaml"))
+                   if file.stem not in self.exclude] if self.shipped else []
+        return [*shipped, *self.paths]
+
+
+def shipped_names() -> set[str]:
+    """The shipped runbooks' names: each file is named after its runbook (NAME.yaml)."""
+    return {file.stem for file in shipped_runbooks().glob("*.yaml")}
+
+
 class DatabaseConfig(BaseModel):
     """The database (its URL is ``database_url``): ``create: true`` lets any command create
     it when it is not there; by default only ``runbook db init`` does, so that a mistyped
@@ -493,7 +533,10 @@ class Config(BaseModel):
     lab: bool = False  # allows --as USER: for demos and tests only
     database_url: str | None = None
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)  # create: db init only
+    # the folders and files runbooks are loaded from: the shipped folder, else as `runbooks`
+    # resolves (or, the older way, the site's own instead of the shipped ones)
     runbook_paths: list[Path] = Field(default_factory=lambda: [shipped_runbooks()])
+    runbooks: RunbooksConfig = Field(default_factory=RunbooksConfig)
     users: dict[str, UserConfig] = Field(default_factory=dict)
     requesters: list[str] = Field(default_factory=lambda: ["*"])
     # who approves a runbook whose approval: names nobody; default nobody: a request that
@@ -550,6 +593,15 @@ class Config(BaseModel):
         if clash:
             raise ValueError(f"user names may not start with {UNMAPPED_PREFIX!r} (how a Slack "
                              f"user not in slack.users acts): {', '.join(clash)}")
+        return self
+
+    @model_validator(mode="after")
+    def _runbooks_or_runbook_paths(self) -> Config:
+        if "runbooks" in self.model_fields_set:
+            if "runbook_paths" in self.model_fields_set:
+                raise ValueError("give runbooks (shipped, paths, exclude) or the older "
+                                 "runbook_paths, not both")
+            self.runbook_paths = self.runbooks.resolved()
         return self
 
     @model_validator(mode="after")
@@ -615,7 +667,12 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         raise ConfigError(f"{file}:1: the configuration must be a mapping")
     base = file.parent
     if "runbook_paths" in raw and isinstance(raw["runbook_paths"], list):
-        raw["runbook_paths"] = [str(base / p) for p in raw["runbook_paths"]]
+        raw["runbook_paths"] = [str(base / p) if isinstance(p, str) else p
+                                for p in raw["runbook_paths"]]
+    runbooks = raw.get("runbooks")
+    if isinstance(runbooks, dict) and isinstance(runbooks.get("paths"), list):
+        runbooks["paths"] = [str(base / p) if isinstance(p, str) else p
+                             for p in runbooks["paths"]]
     for section, keys in (("slack", ("bot_token_file", "signing_secret_file", "app_token_file")),
                           ("server", ("alerts_token_file", "tls_cert_file", "tls_key_file")),
                           ("audit", ("checkpoint_file",)),

@@ -105,10 +105,13 @@ def _check_files(config: Config, report: Report) -> None:
             report.files += 1
             if not Path(path).parent.is_dir():
                 problem(at, path, f"its folder {Path(path).parent} does not exist")
-    for index, path in enumerate(config.runbook_paths):
+    site = "runbooks" in config.model_fields_set  # the site's own paths, by their name
+    named = [(f"runbooks.paths[{i}]", p) for i, p in enumerate(config.runbooks.paths)] \
+        if site else [(f"runbook_paths[{i}]", p) for i, p in enumerate(config.runbook_paths)]
+    for at, path in named:
         report.files += 1
         if not path.exists():
-            problem(f"runbook_paths[{index}]", path, "no such file or folder")
+            problem(at, path, "no such file or folder")
 
 
 def _check_database(config: Config, report: Report) -> None:

@@ -65,7 +65,7 @@ def sited(base: dict[str, Any], lab: dict[str, Any], tmp_path: Path) -> dict[str
     config = {**base, **{key: lab[key] for key in SITE_SECTIONS if key in lab}}
     site_runbooks = tmp_path / "site-runbooks"  # the ConfigMap gpu-runbook-bot-runbooks
     site_runbooks.mkdir()
-    config["runbook_paths"] = [str(REPO / "runbooks"), str(site_runbooks)]
+    config["runbooks"] = {**base["runbooks"], "paths": [str(site_runbooks)]}
     config["database_url"] = f"sqlite:///{tmp_path / 'bot.db'}"
     config["slurm"] = {**base["slurm"], "slurm_conf": lab["slurm"]["slurm_conf"],
                        "commands": lab["slurm"]["commands"]}

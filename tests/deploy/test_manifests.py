@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.config import Config
+from bot.config import Config, shipped_runbooks
 from bot.runtime.access import TOKEN_ENV, AlertsAuthError, alerts_access
 from tests.deploy.kustomize import KUSTOMIZE, OVERLAYS, REPO, render
 
@@ -221,8 +221,10 @@ def test_the_configuration_is_one_the_bot_accepts(
     assert rest["slurm"]["rest"]["token_file"] == f"{mounts['slurm-jwt']}/token"
     assert volumes["slurm-jwt"]["secret"]["secretName"] == "gpu-runbook-bot-slurm-jwt"
     assert volumes["slurm-jwt"]["secret"]["optional"] is True
-    assert [str(p) for p in config.runbook_paths] == [
-        "/usr/share/gpu-runbook-bot/runbooks", mounts["runbooks"]]
+    # the shipped runbooks of the bot's own package, then the site's ConfigMap
+    assert config.runbooks.shipped and config.runbooks.exclude == []
+    assert config.runbook_paths == [*sorted(shipped_runbooks().glob("*.yaml")),
+                                    Path(mounts["runbooks"])]
     assert config.server.port == 8080
     assert config.database_url is None  # RUNBOOK_DB_URL, per overlay
     # /alerts on 0.0.0.0 takes the token of the Secret, and without it the bot does not start

@@ -12,7 +12,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 BASE_CONFIG = REPO / "deploy" / "kubernetes" / "base" / "config" / "config.yaml"
 # the files of the base configuration that only the pod has (its ConfigMaps)
-SHIPPED_IN_IMAGE = "/usr/share/gpu-runbook-bot/runbooks"
 POD_FILES = {"/etc/slurm/slurm.conf": "file", "/etc/gpu-runbook-bot/runbooks": "folder"}
 
 
@@ -61,8 +60,7 @@ def test_a_file_the_lab_config_names_that_is_missing_fails_the_check(tmp_path: P
 
 def pod_config(folder: Path) -> Path:
     """The base configuration, its pod-only paths moved to files and folders made here."""
-    # the image's copy of the shipped runbooks: the checkout's
-    text = BASE_CONFIG.read_text().replace(SHIPPED_IN_IMAGE, str(REPO / "runbooks"))
+    text = BASE_CONFIG.read_text()
     for path, kind in POD_FILES.items():
         here = folder / path.lstrip("/")
         here.parent.mkdir(parents=True, exist_ok=True)
@@ -99,7 +97,7 @@ def test_the_kubernetes_base_configuration_says_what_it_cannot_run(tmp_path: Pat
         "it",  # serve --init-db at the pod's first start
     ]
     assert done.stdout.splitlines()[-1].endswith(
-        "ok (4 files and folders, 23 runbooks, 4 not available here, 5 in part, offline)")
+        "ok (3 files and folders, 23 runbooks, 4 not available here, 5 in part, offline)")
 
 
 def test_outside_the_pod_the_base_configuration_misses_the_pods_files() -> None:
@@ -108,8 +106,7 @@ def test_outside_the_pod_the_base_configuration_misses_the_pods_files() -> None:
     errors = [line for line in done.stdout.splitlines() if line.startswith("error: ")]
     assert errors == [
         "error: slurm.slurm_conf: /etc/slurm/slurm.conf: no such file",
-        "error: runbook_paths[0]: /usr/share/gpu-runbook-bot/runbooks: no such file or folder",
-        "error: runbook_paths[1]: /etc/gpu-runbook-bot/runbooks: no such file or folder",
+        "error: runbooks.paths[0]: /etc/gpu-runbook-bot/runbooks: no such file or folder",
     ]
 
 
