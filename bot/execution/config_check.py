@@ -28,7 +28,8 @@ FILES = ("secrets.key_file", "slurm.slurm_conf", "slurm.rest.token_file", "slurm
          "server.tls_key_file", "slack.bot_token_file", "slack.signing_secret_file",
          "slack.app_token_file", "audit.ship.syslog.ca_file", "audit.ship.syslog.cert_file",
          "audit.ship.syslog.key_file", "audit.ship.otlp.headers_file",
-         "audit.ship.otlp.ca_file", "audit.ship.otlp.cert_file", "audit.ship.otlp.key_file")
+         "audit.ship.otlp.ca_file", "audit.ship.otlp.cert_file", "audit.ship.otlp.key_file",
+         "etcd.cacert", "etcd.cert", "etcd.key")
 FOLDERS = ("slurm.bin_dir", "slurm.rest.job_output_dir", "mariadb.backup_dir",
            "etcd.backup_dir")
 PARENTS = ("audit.checkpoint_file",)  # written by the bot: its folder must be there

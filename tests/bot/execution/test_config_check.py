@@ -98,17 +98,19 @@ def test_named_files_and_folders_must_be_there(tmp_path: Path) -> None:
                    "tls_key_file": str(tmp_path / "k.pem")},
         "audit": {"checkpoint_file": str(tmp_path / "gone" / "checkpoints")},
         "runbook_paths": [str(tmp_path / "site-runbooks")],
-        "etcd": {"endpoints": ["http://127.0.0.1:2379"], "backup_dir": str(tmp_path / "bk")},
+        "etcd": {"endpoints": ["http://127.0.0.1:2379"], "backup_dir": str(tmp_path / "bk"),
+                 "cacert": str(tmp_path / "etcd-ca.pem")},
     })
     report = config_check.check(config)
     assert report.problems == [
         f"server.tls_cert_file: {tmp_path / 'c.pem'}: no such file",
         f"server.tls_key_file: {tmp_path / 'k.pem'}: no such file",
+        f"etcd.cacert: {tmp_path / 'etcd-ca.pem'}: no such file",
         f"etcd.backup_dir: {tmp_path / 'bk'}: no such folder",
         f"audit.checkpoint_file: {tmp_path / 'gone' / 'checkpoints'}: its folder "
         f"{tmp_path / 'gone'} does not exist",
         f"runbook_paths[0]: {tmp_path / 'site-runbooks'}: no such file or folder"]
-    assert report.files == 7  # and the default database's place
+    assert report.files == 8  # and the default database's place
 
 
 def test_a_step_under_when_makes_a_runbook_available_in_part() -> None:
