@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from adapters.slurm import capability
 from adapters.slurm.backend import OPERATIONS
@@ -121,3 +122,22 @@ def test_a_step_under_when_makes_a_runbook_available_in_part() -> None:
     assert "drain-node" not in report.unavailable
     assert report.partial["drain-node"] == ["the slurm section"]
     assert report.problems == []
+
+
+def test_without_offline_a_server_that_does_not_answer_is_an_error(tmp_path: Path) -> None:
+    """Slurm's clients that cannot reach a controller (none on this machine: an empty folder
+    of programs) and a Kubernetes API nobody listens on are each named."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    (tmp_path / "bin").mkdir()
+    config = Config.model_validate({
+        "slurm": {"backend": "cli", "bin_dir": str(tmp_path / "bin"), "timeout": 5},
+        "kubernetes": {"kubeconfig": str(kubeconfig), "request_timeout": 2}})
+    ask, problems = config_check.servers(config)
+    assert [p.split(":")[0] for p in problems] == ["slurm", "kubernetes"]
+    assert all(": does not answer: " in p for p in problems)
+    assert ask is not None and ask("reboot") is None  # the cli backend does everything
