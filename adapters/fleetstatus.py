@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from adapters.actions import ActionContext
-from adapters.slurm.hostlist import compress
+from kit.hostlist import compress
 
 PUBLISH_EVERY = 1.0  # seconds: at most one status a second reaches the engine
 MAX_NOTES = 5  # nodes whose note (what blocks them, why they failed) is published

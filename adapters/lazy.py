@@ -1,5 +1,5 @@
 """An adapter package's names, imported on first use (PEP 562): importing one module of a
-package (its config, adapters.slurm.hostlist) then loads neither its actions nor its
+package (its config, kit.hostlist) then loads neither its actions nor its
 clients, and a command starts in less time."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def exports(package: str, modules: Mapping[str, tuple[str, ...]]) -> Callable[[s
     where = {name: module for module, names in modules.items() for name in names}
 
     def __getattr__(name: str) -> object:
-        if name not in where:  # a submodule (``from adapters.slurm import hostlist``) or a typo
+        if name not in where:  # a submodule (``from kit import hostlist``) or a typo
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(where[name]), name)
         setattr(sys.modules[package], name, value)

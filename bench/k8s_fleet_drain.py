@@ -54,7 +54,7 @@ from benchkit import cleanup_on_signals, failed, finish  # noqa: E402  (bench/, 
 from botcli import phases, run_approved  # noqa: E402
 from kubelab import NAMESPACE, SEED_RS, SETUP_AGENT, Api, KubeLab, workload_pods  # noqa: E402
 
-from adapters.slurm.hostlist import compress  # noqa: E402
+from kit.hostlist import compress  # noqa: E402
 
 KUBECTL = shutil.which("kubectl") or "kubectl"  # real kubectl (Debian 12 images ship it)
 GOAL_RATIO, GOAL_CALLS = 8.0, 3.0

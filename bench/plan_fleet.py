@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from benchkit import cleanup_on_signals, failed, finish, own_lab  # noqa: E402  (bench/)
 from botcli import cli  # noqa: E402
 
-from adapters.slurm.hostlist import compress  # noqa: E402
+from kit.hostlist import compress  # noqa: E402
 
 GOAL_SECONDS = 1.0
 REASON = "bench plan of the fleet"

@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 from benchkit import cleanup_on_signals, failed, finish, own_lab  # noqa: E402  (bench/)
 from botcli import phases, run_approved  # noqa: E402
 
-from adapters.slurm.hostlist import compress  # noqa: E402
+from kit.hostlist import compress  # noqa: E402
 
 GOAL = 1.5  # bot / floor
 REASON = "bench fleet drain"

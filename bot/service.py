@@ -20,7 +20,6 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 
-from adapters.slurm import hostlist
 from bot.config import CHANGE, Config
 from bot.execution import (
     confirming,
@@ -49,7 +48,7 @@ from bot.runbooks.model import Runbook
 from bot.store import audit, db
 from bot.store.schema import approvals, maintenance_windows, runbook_versions
 from bot.store.words import NOT_STARTED, Kind, State
-from kit import secretbox
+from kit import hostlist, secretbox
 from kit.errors import Refused
 from kit.secretbox import SecretBox, SecretKeyProblem
 

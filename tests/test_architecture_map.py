@@ -65,7 +65,7 @@ def test_every_module_is_named_on_the_architecture_page() -> None:
 def test_the_check_sees_a_module_that_is_not_named() -> None:
     entries = package_map()
     assert len(modules()) > 200 and len(entries) > 15
-    assert named("bot/service.py", entries) and named("adapters/slurm/hostlist.py", entries)
+    assert named("bot/service.py", entries) and named("kit/hostlist.py", entries)
     assert named("adapters/etcd/fake.py", entries)  # through adapters/<system>/
     assert not named("bot/store/no_such_room.py", entries)
     assert not named("adapters/etcd/deep/fake.py", entries)  # <system> is one folder

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from adapters.slurm.hostlist import compress
+from kit.hostlist import compress
 from kit.versions import version_key
 
 # What a node can be out of line on, worst first (the gauge's `kind` label).

@@ -28,8 +28,8 @@ from adapters.kubernetes.backend import KubernetesError
 from adapters.kubernetes.base import KubernetesAction, check_node_names, listed
 from adapters.kubernetes.cordons import CORDONED_BY
 from adapters.kubernetes.drain import DrainArguments, _Drain, refusals, refused_by
-from adapters.slurm.hostlist import compress, expand
 from kit.durations import format_duration
+from kit.hostlist import compress, expand
 
 DRAINED, DRAINING, BLOCKED, FAILED, NOT_STARTED = (
     "drained", "draining", "blocked by PDB", "failed", "not started")

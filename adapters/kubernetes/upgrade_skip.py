@@ -17,7 +17,7 @@ from adapters.actions import ActionContext, ActionError, ActionResult, Seconds, 
 from adapters.kubernetes.backend import Node
 from adapters.kubernetes.base import check_label_key, listed
 from adapters.kubernetes.gpu_operator import CLUSTERPOLICY, _OperatorAction
-from adapters.slurm import hostlist
+from kit import hostlist
 
 SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 SET_BY = "gpu-runbook-bot/upgrade-skip-set"  # a label: which skip labels are the bot's

@@ -26,7 +26,7 @@ from adapters.prometheus.backend import PrometheusBackend, PrometheusError, Samp
 from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.promql import format_value, series_text
 from adapters.prometheus.template import build
-from adapters.slurm import hostlist
+from kit import hostlist
 from kit.durations import format_duration
 
 # The last XID (gauge), XID events per XID (dcgm-exporter's windowed count), double-bit ECC.

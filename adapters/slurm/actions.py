@@ -35,8 +35,8 @@ from adapters.slurm.backend import (
     SlurmError,
 )
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.hostlist import compress, expand
 from kit.durations import format_duration
+from kit.hostlist import compress, expand
 
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
 # scontrol's answer to RESUME of a node it thinks needs none (22.05/24.11; 26.05)

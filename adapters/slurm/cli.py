@@ -27,7 +27,7 @@ from adapters.slurm.backend import (
     SlurmError,
 )
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.hostlist import compress
+from kit.hostlist import compress
 
 UNREACHABLE = "Unable to contact slurm controller"
 # scontrol, sacctmgr and sdiag print data_parser JSON from 23.02 (proven on 24.11 and 26.05);

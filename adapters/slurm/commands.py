@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Iterable
 
 from adapters.environment import node_export
-from adapters.slurm.hostlist import compress
+from kit.hostlist import compress
 
 
 def quote_value(value: str) -> str:

@@ -12,7 +12,7 @@ from adapters.slurm import parsing
 from adapters.slurm.backend import SlurmError
 from adapters.slurm.cli import CliBackend
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.hostlist import compress
+from kit.hostlist import compress
 
 _SETTING = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
 

@@ -20,8 +20,8 @@ from adapters.actions import (
     StrictArguments,
 )
 from adapters.prometheus.soak import ErrorWatch
-from adapters.slurm import hostlist
 from adapters.slurm.rolling import DriverRolloutAction, RolloutArguments
+from kit import hostlist
 from kit.durations import format_duration
 
 VERSION = r"^\d+(\.\d+){0,3}$"

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from adapters.slurm.hostlist import compress
+from kit.hostlist import compress
 
 _HEADER = re.compile(r"^# nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+) ")
 # (nccl-tests before 2.13 print no Group)

@@ -26,7 +26,7 @@ from adapters.host import OUTPUT_LIMIT, HostCommand, allowed_argv, verdict
 from adapters.slurm import commands, nccl
 from adapters.slurm.actions import NAME_PATTERN, _NodesArguments, _SlurmAction
 from adapters.slurm.backend import NodeInfo
-from adapters.slurm.hostlist import compress, expand
+from kit.hostlist import compress, expand
 
 # NCCL's INFO lines, with the NET subsystem's (IB ports and their speeds) beside the defaults
 NCCL_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,NET"}

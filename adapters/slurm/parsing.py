@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from adapters.slurm.backend import BASE_STATES, AccountUsage, Job, NodeInfo, Reservation
-from adapters.slurm.hostlist import expand
+from kit.hostlist import expand
 
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:(),]+)?:(\d+)")
 _TRES_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)")

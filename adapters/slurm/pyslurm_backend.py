@@ -29,7 +29,7 @@ from adapters.slurm.backend import (
     SlurmError,
 )
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.hostlist import compress
+from kit.hostlist import compress
 
 PYPI_NOTE = "PyPI has only pyslurm 25.11.x (and 17.x/18.x), whose build requires Slurm 25.11"
 AUTO_INIT = "PYSLURM_DISABLE_AUTO_INIT"  # read by pyslurm/__init__.py before slurm_init()

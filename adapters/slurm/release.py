@@ -16,8 +16,8 @@ from adapters.prometheus.gate import GpuGated, gate_for, gate_nodes
 from adapters.slurm import reasons
 from adapters.slurm.actions import ReservationDeleteAction, ReservationDeleteArguments
 from adapters.slurm.backend import NodeInfo
-from adapters.slurm.hostlist import compress
 from kit.durations import format_duration
+from kit.hostlist import compress
 
 
 class ReleaseArguments(ReservationDeleteArguments):

@@ -17,10 +17,10 @@ import requests
 from adapters.slurm import commands, parsing, restparse
 from adapters.slurm.backend import AccountUsage, Job, NodeInfo, Reservation, SlurmError
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.hostlist import compress
 from adapters.slurm.restauth import TokenSource
 from adapters.slurm.restclient import VERSIONS, RestClient, release
 from adapters.slurm.restjobs import NodeJob
+from kit.hostlist import compress
 
 
 @dataclass(frozen=True)

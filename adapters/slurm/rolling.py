@@ -27,9 +27,10 @@ from adapters.actions import (
 )
 from adapters.host import allowed_argv, verdict
 from adapters.prometheus.gate import GateFailed, GpuGate, GpuGated, gate_for
-from adapters.slurm import hostlist, reasons
+from adapters.slurm import reasons
 from adapters.slurm.backend import REBOOT_FLAGS, NeedsOperations, SlurmBackend
 from adapters.slurm.config import SlurmConfig
+from kit import hostlist
 
 MAINT = ["MAINT", "IGNORE_JOBS"]
 

@@ -21,11 +21,11 @@ from pydantic import Field
 from adapters.actions import ActionBase, ActionContext, ActionError, ActionResult, Seconds
 from adapters.actions import StrictArguments as Args
 from adapters.host import HostCommand, allowed_argv, run_command
-from adapters.slurm import hostlist
 from adapters.slurm.backend import SlurmBackend, SlurmError
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.daemons import CliDaemonReads, DaemonReads, NodeDaemon
 from adapters.slurm.versions import parse_version, supported_span, window_problems
+from kit import hostlist
 from kit.durations import format_duration
 
 Install = Callable[[HostCommand, list[str], float], "subprocess.CompletedProcess[str]"]

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from adapters.slurm.hostlist import compress
+from kit.hostlist import compress
 
 # Slurm's major releases, oldest first; after the last, one in May and one in November.
 RELEASES = ((14, 3), (14, 11), (15, 8), (16, 5), (17, 2), (17, 11), (18, 8), (19, 5), (20, 2),

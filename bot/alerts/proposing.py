@@ -19,7 +19,6 @@ from sqlalchemy import Connection, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from adapters.alertmanager import parse_time
-from adapters.slurm import hostlist
 from bot.alerts import breaker
 from bot.alerts.choosing import Choice, NothingToDo, choose
 from bot.config import AlertRule
@@ -30,6 +29,7 @@ from bot.store import audit
 from bot.store.db import now_iso
 from bot.store.schema import executions, maintenance_windows, proposals
 from bot.store.words import Kind
+from kit import hostlist
 from kit.canonical import canonical
 from kit.errors import Refused
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from adapters.actions import WHOLE_POOL, ActionError
-from adapters.slurm import hostlist
 from bot.runbooks.params import Inventory
+from kit import hostlist
 
 
 def uncovered(steps: Iterable[Any], pre_checks: Iterable[Any], inventory: Inventory,

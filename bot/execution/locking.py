@@ -15,11 +15,11 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, select, text, update
 
-from adapters.slurm import hostlist
 from bot.store import audit
 from bot.store.db import now_iso
 from bot.store.schema import counters, executions, locks, maintenance_windows
 from bot.store.words import Kind
+from kit import hostlist
 
 _PG_LOCKS_LOCK = 0x6770_6C6B  # advisory lock key: serialises lock acquisition on PostgreSQL
 # The states of a maintenance window (bot.schedule.windows) in which it holds its nodes.

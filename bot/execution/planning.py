@@ -16,7 +16,6 @@ from pydantic import ValidationError
 
 from adapters.actions import ActionError
 from adapters.prometheus.template import query_arguments
-from adapters.slurm import hostlist
 from bot.config import Config
 from bot.execution import capacity_guard
 from bot.runbooks import templating
@@ -24,6 +23,7 @@ from bot.runbooks.catalogue import Catalogue, NotConfigured
 from bot.runbooks.loading import LoadedRunbook
 from bot.runbooks.model import DEFAULT_REQUIRED, CheckSpec, Runbook
 from bot.runbooks.params import Inventory, WeakenedGuard, jsonable
+from kit import hostlist
 from kit.canonical import canonical
 from kit.durations import format_duration, parse_duration
 

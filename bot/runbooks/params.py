@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from adapters.slurm import hostlist
 from bot.config_drivers import below_floor
+from kit import hostlist
 from kit.durations import format_duration, parse_duration
 
 if TYPE_CHECKING:  # annotations only: the inventory (runbook node) needs no runbook model

@@ -19,7 +19,7 @@ from jinja2 import StrictUndefined, TemplateError, Undefined, meta
 from jinja2.sandbox import SandboxedEnvironment
 
 from adapters.prometheus.template import QueryShapeError, place, seal
-from adapters.slurm import hostlist
+from kit import hostlist
 
 # Inventory facts a template may use: the pools (sets of the bot's node names) and each
 # node's name in another system (kubernetes_name[node]).

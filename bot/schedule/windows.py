@@ -17,7 +17,6 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
-from adapters.slurm import hostlist
 from bot.execution import locking
 from bot.execution.approval import approval_problem, may_steer, unapprovable
 from bot.execution.executions import TERMINAL
@@ -46,6 +45,7 @@ from bot.store import audit, words
 from bot.store.db import now_iso
 from bot.store.schema import executions, maintenance_windows, proposals
 from bot.store.words import Kind, State
+from kit import hostlist
 from kit.canonical import canonical
 from kit.durations import format_duration, parse_duration
 from kit.errors import Refused

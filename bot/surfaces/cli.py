@@ -872,7 +872,7 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 def _node_names(given: list[str]) -> list[str]:
     """The names given, each a name or a hostlist (``gpu[01-04]``), in order, once each."""
-    from adapters.slurm import hostlist
+    from kit import hostlist
 
     names: dict[str, None] = {}
     for item in given:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from adapters.slurm.hostlist import compress, expand
+from kit.hostlist import compress, expand
 
 __version__ = "25.11.2"
 SLURM_API_VERSION = (25, 11, 2)  # slurm_api_version(): the headers pyslurm was built with

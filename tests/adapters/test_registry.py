@@ -72,7 +72,7 @@ def test_every_name_a_package_exports_is_there_on_first_use(package: str) -> Non
 
 
 def test_importing_one_module_of_a_package_loads_not_its_actions() -> None:
-    code = ("import sys, adapters.slurm.hostlist, adapters.kubernetes.config; "
+    code = ("import sys, kit.hostlist, adapters.kubernetes.config; "
             "print(sorted(m for m in sys.modules if m.endswith('.actions') "
             "or m.endswith('.client')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -30,7 +30,7 @@ from adapters.slurm import (
 )
 from adapters.slurm.backends import make_backend
 from adapters.slurm.fake import FakeSlurm as FakeBackend
-from adapters.slurm.hostlist import MAX_NAMES, TooMany, compress, expand, size
+from kit.hostlist import MAX_NAMES, TooMany, compress, expand, size
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

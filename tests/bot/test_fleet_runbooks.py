@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from adapters.slurm import hostlist
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fleet import DrainBatchesAction, ResumeBatchesAction
 from bot.config import GuardsConfig, PoolFloors
@@ -26,6 +25,7 @@ from bot.runbooks.params import Inventory
 from bot.service import Service
 from bot.surfaces.rendering import plan_text, status_text
 from bot.surfaces.slack.blocks import progress_message
+from kit import hostlist
 from kit.errors import Refused
 from tests.adapters.test_gpu_gate_fleet import Fleet
 from tests.bot.schedule.windowfakes import Systems

@@ -17,7 +17,6 @@ from adapters.actions import Action
 from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.fake import FakePrometheus
 from adapters.prometheus.identity import GpuIdentityAction
-from adapters.slurm import hostlist
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.health import HealthCheckAction
 from adapters.slurm.rolling import DriverRolloutAction
@@ -28,6 +27,7 @@ from bot.runbooks.catalogue import KNOWN, Catalogue
 from bot.service import Service
 from bot.store import audit
 from bot.store.schema import locks as locks_table
+from kit import hostlist
 from kit.canonical import canonical
 from kit.errors import Refused
 from tests.bot import fakes

@@ -16,7 +16,6 @@ from typing import Any
 
 from adapters.actions import ActionError
 from adapters.kubernetes.backend import KubernetesBackend
-from adapters.slurm import hostlist
 from adapters.slurm.backend import NodeInfo, SlurmBackend
 from bot.config import PoolFloors
 from bot.config_remediation import PoolsConfig
@@ -24,6 +23,7 @@ from bot.execution.checks.core import Outcome
 from bot.execution.planning import PlannedCheck
 from bot.runbooks.inventory import serves_kubernetes
 from bot.runbooks.params import Inventory
+from kit import hostlist
 
 
 class CapacityEvaluator:

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from adapters.actions import ActionError
-from adapters.slurm import hostlist, reasons
+from adapters.slurm import reasons
 from adapters.slurm.backend import NodeInfo, SlurmBackend
 from bot.execution.checks.core import Outcome
 from bot.execution.planning import PlannedCheck
+from kit import hostlist
 
 NODE_STATES: dict[str, Callable[[NodeInfo], bool]] = {
     "drained": lambda n: "DRAIN" in n.flags and not n.jobs and n.state in ("idle", "down"),

@@ -8,10 +8,10 @@ import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from adapters.slurm import hostlist
 from bot.store.audit import moment
 from bot.store.words import State
 from bot.surfaces.console.app import BadRequest
+from kit import hostlist
 
 TEXT = ("runbook", "version", "node", "requester", "approver", "change")
 FILTERS = (*TEXT, "source", "state", "since", "until", "break_glass", "failed_checks")

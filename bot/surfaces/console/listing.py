@@ -16,7 +16,6 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, bindparam, false, literal, select, true, tuple_
 from sqlalchemy.engine import Connection
 
-from adapters.slurm import hostlist
 from bot.config import Config
 from bot.store.schema import (
     FINISHED_SORT,
@@ -30,6 +29,7 @@ from bot.surfaces.console import scope
 from bot.surfaces.console.app import BadRequest
 from bot.surfaces.console.filters import Filter, Sort
 from bot.surfaces.console.identity import Viewer
+from kit import hostlist
 
 c = executions.c
 COLUMNS = (c.id, c.runbook, c.version, c.state, c.stage, c.requested_by, c.requested_at,

@@ -15,11 +15,11 @@ from urllib.parse import quote
 from sqlalchemy import Connection, select
 from starlette.responses import RedirectResponse, Response
 
-from adapters.slurm import hostlist
 from bot.store.schema import execution_nodes, executions
 from bot.surfaces import nodeview
 from bot.surfaces.console.app import PREFIX, SECURITY_HEADERS, Ask, BadRequest, NotFound, PageRoute
 from bot.surfaces.console.scope import visible
+from kit import hostlist
 
 NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 SHOWN = 100  # executions on one page of a node

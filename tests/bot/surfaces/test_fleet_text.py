@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from adapters.actions import ActionContext
 from adapters.fleetstatus import NodeStates
-from adapters.slurm import hostlist
 from bot.surfaces.fleet_text import fleet_line, node_status
+from kit import hostlist
 
 STATES = ("drained", "draining", "blocked by PDB", "failed", "not started")
 

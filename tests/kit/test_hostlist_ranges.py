@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.slurm import hostlist
+from kit import hostlist
 
 RANGES = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 12)), min_size=1, max_size=8)
 
