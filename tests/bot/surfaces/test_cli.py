@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import closing, contextmanager, redirect_stderr, redirect_stdout
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -262,12 +262,12 @@ def test_sigkill_mid_execution_then_a_new_engine_finishes(lab_env: dict[str, str
     execution_id = runner.stdout.readline().split()[1]
     _wait_for(lambda: "slow-start" in journal(lab_env), 30)
     os.killpg(runner.pid, signal.SIGKILL)  # the engine and the step's child process
-    killed = time.monotonic()
     runner.communicate(timeout=10)
     assert cli_here("status", execution_id, env=lab_env).stdout.count("RUNNING") == 1
 
-    # the dead engine's lease (1.5 s, renewed before the kill) runs out
-    time.sleep(max(0.0, killed + 1.6 - time.monotonic()))
+    # the dead engine's lease (1.5 s, renewed before the kill), as stored, runs out
+    lease_until = _lease_until(lab_env, execution_id)
+    _wait_for(lambda: time.time() > lease_until, 30)
     engine = cli("engine", "--once", env=lab_env, timeout=120)  # a new engine process
     assert engine.returncode == 0, engine.stderr
     # host.run is not idempotent: the step under way is not re-run blindly
@@ -286,6 +286,14 @@ def test_sigkill_mid_execution_then_a_new_engine_finishes(lab_env: dict[str, str
     show = cli_here("show", execution_id, env=lab_env).stdout
     assert show.count("step_finished") == 3 and "resumed" in show
     assert cli_here("audit", "verify", env=lab_env).returncode == 0
+
+
+def _lease_until(env: dict[str, str], execution_id: str) -> float:
+    path = Path(env["RUNBOOK_CONFIG"]).parent / "bot.db"
+    with closing(sqlite3.connect(path)) as conn:
+        row = conn.execute("SELECT lease_until FROM executions WHERE id = ?",
+                           (int(execution_id),)).fetchone()
+    return float(row[0])
 
 
 def _wait_for(condition: Any, seconds: float) -> None:
