@@ -16,7 +16,7 @@ from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from bot.config import DB_URL_ENV, database_url_problem
+from bot.config import DB_URL_ENV, database_url_problem, default_database_url
 from bot.store.revision import HEAD_REVISION as HEAD_REVISION  # a new migration moves it
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -137,6 +137,9 @@ def _sqlite_engine(url: str) -> Engine:
     advisory lock instead (bot.store.audit)."""
     database = make_url(url).database
     if database and database != ":memory:" and not Path(database).parent.is_dir():
+        if url == default_database_url():  # db init makes the bot's own state folder
+            raise DatabaseError(f"there is no database {url} yet: `runbook db init` creates "
+                                "it (the only command that does)")
         raise DatabaseError(f"the folder {Path(database).parent} of the database {url} does "
                             "not exist: the bot never creates a database's folder (a mistyped "
                             "path would start a new audit log); create it, then `runbook db "

@@ -140,3 +140,17 @@ def test_every_connect_of_the_bot_says_whether_it_may_create() -> None:
                                   any(k.arg == "create" for k in node.keywords)))
     assert len(calls) >= 3  # the service, the audit commands, the node view
     assert [call for call in calls if not call[2]] == []
+
+
+def test_the_default_database_not_made_yet_is_named_with_the_command_that_makes_it(
+        tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNBOOK_")}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")  # no configuration: the default database
+    url = f"sqlite:///{tmp_path / 'state' / 'gpu-runbook-bot' / 'bot.db'}"
+    done = runbook("run", "selftest", env=env)
+    assert (done.returncode, done.stderr) == (
+        2, f"error: there is no database {url} yet: `runbook db init` creates it (the only "
+           "command that does)\n")
+    assert not (tmp_path / "state").exists()
+    assert runbook("db", "init", env=env).returncode == 0
+    assert runbook("run", "selftest", "--wait", env=env).returncode == 0
