@@ -243,6 +243,16 @@ class _SlurmAction(NeedsOperations, ActionBase[SlurmBackend, SlurmConfig]):
             return exc.stderr
         return None
 
+    def _resume_inside(self, name: str, reservation: str, ctx: ActionContext,
+                       limit: float) -> None:
+        """Resume a drained or down node inside its maintenance reservation (srun cannot
+        start on a drained node; the reservation keeps every job out) and wait until it
+        responds, undrained. The callers check the reservation and whose drain it is."""
+        self.backend.update_nodes([name], "RESUME", None)
+        ctx.progress(f"resumed {name} inside reservation {reservation}")
+        self._wait_nodes([name], ctx, limit, 0.5,
+                         lambda n: n.responding and "DRAIN" not in n.flags, "responding")
+
     def _wait_nodes(self, names: list[str], ctx: ActionContext, limit: float, poll: float,
                     done: Callable[[NodeInfo], bool], what: str) -> list[NodeInfo]:
         """Poll until ``done`` holds for every node; ActionTimeout naming the rest."""

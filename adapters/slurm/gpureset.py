@@ -159,14 +159,14 @@ class GpuResetAction(GpuGated, _SlurmAction):
                             details)
 
     def _reset(self, args: GpuResetArguments, ctx: ActionContext, gpus: int) -> str:
-        self._resume_inside(args, ctx)
+        self._resume_for_reset(args, ctx)
         self._srun(args, ctx, args.persistence_command, [str(args.gpu)])
         out = self._srun(args, ctx, args.reset_command, [str(args.gpu)])
         ctx.progress(f"GPU {args.gpu} on {args.node} reset: {out or 'exit 0'}")
         return self._health(args, ctx, gpus)
 
     def _reboot(self, args: GpuResetArguments, ctx: ActionContext, gpus: int) -> str:
-        self._resume_inside(args, ctx)
+        self._resume_for_reset(args, ctx)
         (before,) = self._read([args.node], with_jobs=False)
         if not before.flags & REBOOT_FLAGS:
             ctx.checkpoint(f"about to reboot {args.node}")
@@ -215,14 +215,11 @@ class GpuResetAction(GpuGated, _SlurmAction):
         first = out.strip().splitlines()[:1]
         return first[0].strip()[:150] if first else ""
 
-    def _resume_inside(self, args: GpuResetArguments, ctx: ActionContext) -> None:
+    def _resume_for_reset(self, args: GpuResetArguments, ctx: ActionContext) -> None:
         (node,) = self._read([args.node], with_jobs=False)
         if "DRAIN" in node.flags or node.state == "down":
             ctx.checkpoint(f"about to resume {args.node} inside {args.reservation}")
-            self.backend.update_nodes([args.node], "RESUME", None)
-            ctx.progress(f"resumed {args.node} inside reservation {args.reservation}")
-            self._wait_nodes([args.node], ctx, args.resume_timeout, 0.5,
-                             lambda n: n.responding and "DRAIN" not in n.flags, "responding")
+            self._resume_inside(args.node, args.reservation, ctx, args.resume_timeout)
 
     def _require_reservation(self, args: GpuResetArguments) -> None:
         found = next((r for r in self.backend.reservations() if r.name == args.reservation), None)

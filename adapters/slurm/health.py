@@ -125,11 +125,7 @@ class HealthCheckAction(GpuGated, _SlurmAction):
         resumed = "DRAIN" in node.flags or node.state == "down"
         try:
             if resumed:
-                self.backend.update_nodes([args.node], "RESUME", None)
-                ctx.progress(f"resumed {args.node} inside reservation {args.reservation}")
-                self._wait_nodes([args.node], ctx, args.resume_timeout, 0.5,
-                                 lambda n: n.responding and "DRAIN" not in n.flags,
-                                 "responding")
+                self._resume_inside(args.node, args.reservation, ctx, args.resume_timeout)
             ctx.checkpoint(f"about to check {args.node}")  # srun is not interrupted by a stop
             passed = self._check(args, argv, ctx)
             passed = self._telemetry(args, node.gpus_total, passed, ctx)

@@ -112,10 +112,7 @@ class MigApplyAction(_SlurmAction):
         (node,) = self._read([args.node], with_jobs=False)
         self._refuse_others_drain(node, "applying the layout")
         if "DRAIN" in node.flags or node.state == "down":
-            self.backend.update_nodes([args.node], "RESUME", None)
-            ctx.progress(f"resumed {args.node} inside reservation {args.reservation}")
-            self._wait_nodes([args.node], ctx, args.resume_timeout, 0.5,
-                             lambda n: n.responding and "DRAIN" not in n.flags, "responding")
+            self._resume_inside(args.node, args.reservation, ctx, args.resume_timeout)
         ctx.checkpoint(f"about to apply {args.layout} on {args.node}")
         command = self.config.commands[args.command]
         timeout = max(1.0, min(command.timeout, ctx.remaining()))
