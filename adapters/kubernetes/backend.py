@@ -332,15 +332,6 @@ class KubernetesBackend(Protocol):
         API server does not serve it (its CRD is not installed)."""
         ...
 
-    def create_custom_object(self, group: str, version: str, plural: str,
-                             body: Mapping[str, Any]) -> dict[str, Any]:
-        """POST a cluster-scoped custom object; KubernetesConflict when the name is taken."""
-        ...
-
-    def delete_custom_object(self, group: str, version: str, plural: str, name: str) -> None:
-        """DELETE a cluster-scoped custom object; one already gone is no error."""
-        ...
-
     def driver_versions(self, label_selector: str | None = None) -> dict[str, str | None]:
         """Node name -> the driver version its configured label reports (None: no label)."""
         ...

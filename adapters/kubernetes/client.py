@@ -253,18 +253,6 @@ class ClientBackend:
                             {"group": group, "version": version, "plural": plural})
         return [dict(item) for item in result.get("items") or []]
 
-    def create_custom_object(self, group: str, version: str, plural: str,
-                             body: Mapping[str, Any]) -> dict[str, Any]:
-        return dict(self._call(f"POST /apis/{group}/{version}/{plural}", "POST",
-                               CLUSTER_OBJECTS, {"group": group, "version": version,
-                                                 "plural": plural}, body=dict(body)))
-
-    def delete_custom_object(self, group: str, version: str, plural: str, name: str) -> None:
-        with contextlib.suppress(KubernetesNotFound):
-            self._call(f"DELETE /apis/{group}/{version}/{plural}/{name}", "DELETE",
-                       CLUSTER_OBJECT, {"group": group, "version": version, "plural": plural,
-                                        "name": name})
-
     def driver_versions(self, label_selector: str | None = None) -> dict[str, str | None]:
         label = self.config.gpu_operator.driver_version_label
         selector = label_selector or self.config.gpu_operator.gpu_node_selector

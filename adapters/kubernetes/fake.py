@@ -174,17 +174,6 @@ class FakeKubernetes:
                                      f"({plural}.{group})", status=404)
         return found
 
-    def create_custom_object(self, group: str, version: str, plural: str,
-                             body: Mapping[str, Any]) -> dict[str, Any]:
-        name = str((body.get("metadata") or {}).get("name", ""))
-        if (group, version, plural, None, name) in self.objects:
-            raise KubernetesConflict(f"{plural}.{group} {name} already exists", status=409)
-        self.objects[(group, version, plural, None, name)] = copy.deepcopy(dict(body))
-        return self.get_custom_object(group, version, plural, name)
-
-    def delete_custom_object(self, group: str, version: str, plural: str, name: str) -> None:
-        self.objects.pop((group, version, plural, None, name), None)
-
     def driver_versions(self, label_selector: str | None = None) -> dict[str, str | None]:
         label = self.driver_version_label
         return {node.name: node.labels.get(label) if label else None
