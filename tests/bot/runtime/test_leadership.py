@@ -167,16 +167,18 @@ def test_leadership_log_lines(pg_url: str) -> None:
 
 @pytest.mark.postgres
 def test_replicas_starting_together_on_a_new_database(pg_url: str, tmp_path: Any) -> None:
-    """Each migrates the schema and records the runbook versions; none trips on another
-    (before the advisory locks in bot.store.db and bot.runbooks.versions, most runs had one fail
-    with a duplicate key)."""
+    """Each initialises the schema (as `serve --init-db` in every replica of the Deployment
+    does), then records the runbook versions; none trips on another (before the advisory
+    locks in bot.store.db and bot.runbooks.versions, most runs had one fail with a duplicate
+    key)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNBOOK_")}
     env.update(RUNBOOK_DB_URL=pg_url, XDG_STATE_HOME=str(tmp_path))
-    starts = [subprocess.Popen([sys.executable, "-m", "bot", "list"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               stdin=subprocess.DEVNULL) for _ in range(3)]
-    errors = [p.communicate(timeout=120)[1] for p in starts]
-    assert [p.returncode for p in starts] == [0, 0, 0], errors
+    for argv in (["db", "init"], ["list"]):
+        starts = [subprocess.Popen([sys.executable, "-m", "bot", *argv], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                   stdin=subprocess.DEVNULL) for _ in range(3)]
+        errors = [p.communicate(timeout=120)[1] for p in starts]
+        assert [p.returncode for p in starts] == [0, 0, 0], (argv, errors)
 
 
 # --- choosing the method; SQLite -----------------------------------------------------------
