@@ -260,10 +260,8 @@ def save_step(conn: Connection, execution_id: int, phase: str, step_id: str, pos
     key = {"k_execution": execution_id, "k_phase": phase, "k_step": step_id}
     updated = conn.execute(_step_update(tuple(sorted(fields))), {**key, **fields})
     if updated.rowcount == 0:
-        conn.execute(_STEP_INSERT, {
-            "execution_id": execution_id, "phase": phase, "step_id": step_id,
-            "position": position, "attempt": 0, "started_at": None, "finished_at": None,
-            "result": None, "error": None, "state": None, **fields})
+        conn.execute(_STEP_INSERT, {"execution_id": execution_id, "phase": phase,
+                                    "step_id": step_id, "position": position, **fields})
 
 
 _STEP_INSERT = step_states.insert()

@@ -95,8 +95,7 @@ class Unsealer:
         if not self.values:
             return value
         if isinstance(value, str):
-            return PLACEHOLDER.sub(lambda m: self.values.get(m.group(0), ("", m.group(0)))[1],
-                                   value)
+            return PLACEHOLDER.sub(lambda m: self._clear_of(m.group(0)), value)
         if isinstance(value, list):
             return [self.unseal(item) for item in value]
         if isinstance(value, dict):
@@ -117,7 +116,11 @@ class Unsealer:
         return value
 
     def mask_text(self, text: str) -> str:
-        return _masked(text, self._forms()) if self.values else text
+        return _masked(text, self._forms())
+
+    def _clear_of(self, mark: str) -> str:
+        """A placeholder's value; one that is not this execution's stays as it is."""
+        return self.values[mark][1] if mark in self.values else mark
 
     def _forms(self) -> list[tuple[str, str]]:
         forms = {form: MASKED.format(name=name) for name, clear in self.values.values()

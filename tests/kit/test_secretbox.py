@@ -54,3 +54,31 @@ def test_the_environment_wins_over_the_file_and_none_is_none(tmp_path: Path) -> 
     assert load(None, {}) is None
     with pytest.raises(SecretKeyProblem, match=r"secrets.key_file .*missing.*No such file"):
         load(tmp_path / "missing", {})
+
+
+# Known answers: fingerprints in waiting plans and values sealed before an upgrade of the bot
+# must still match and open after it (a changed derivation would void every approval).
+KNOWN_KEY = "k" * 40
+KNOWN_FINGERPRINT = "49563beff27489e5"  # of ("rb", "token", "t0k")
+KNOWN_SEALED = ("gAAAAABrFOBqerShnKtzru4awgvXwyJxrQRtbA_xUP1yCSDEHykakwXuMGyLMdH5SnLdazLeb9sHMO9b8"
+                "hIC3KOfM-ebhBwZ4Q==")  # "hunter2"
+
+
+def test_fingerprints_and_sealed_values_of_an_earlier_version_still_hold() -> None:
+    box = SecretBox(KNOWN_KEY)
+    assert box.fingerprint("rb", "token", "t0k") == KNOWN_FINGERPRINT
+    assert box.open(KNOWN_SEALED) == "hunter2"
+
+
+def test_a_value_that_cannot_be_opened_is_refused_saying_why() -> None:
+    with pytest.raises(SecretKeyProblem) as refused:
+        SecretBox("m" * 40).open(KNOWN_SEALED)
+    assert str(refused.value) == ("a stored secret cannot be decrypted with this key (the key "
+                                  "changed, or the stored value was altered)")
+
+
+def test_without_a_mapping_the_process_environment_is_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, KNOWN_KEY)
+    found = load(None)
+    assert found is not None and found.fingerprint("rb", "token", "t0k") == KNOWN_FINGERPRINT

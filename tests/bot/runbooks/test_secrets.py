@@ -3,6 +3,8 @@ refused request may keep, what opening an execution's secrets refuses."""
 
 from __future__ import annotations
 
+import json
+import shlex
 from typing import Any
 
 import pytest
@@ -66,3 +68,31 @@ def test_opening_refuses_without_the_key_or_the_stored_value() -> None:
     assert Unsealer().mask("t0k") == "t0k" and Unsealer().unseal(values) == values
     assert opened.mask(("t0k", 3, None)) == ["[secret:token]", 3, None]
     assert opened.mask_text("a p4ss b") == "a [secret:pw] b"
+
+
+def test_every_quoting_of_the_value_is_masked_whole() -> None:
+    value = 'it\'s "pw" wörd'
+    opened = Unsealer({"[secret:pw:0123456789abcdef]": ("pw", value)})
+    forms = [value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1],
+             repr(value)[1:-1], shlex.quote(value)]
+    assert len(set(forms)) == 5  # each quoting differs for this value
+    for form in forms:
+        assert opened.mask_text(f"<{form}>") == "<[secret:pw]>", form  # the longest form whole
+
+
+def test_the_messages_name_the_parameters() -> None:
+    values, sealed = seal_values(SECRET, {"token": "t0k", "pw": "p4ss"}, BOX)
+    with pytest.raises(SecretKeyProblem) as no_key:
+        seal_values(SECRET, {"token": "t0k", "pw": "p4ss"}, None)
+    assert "secret parameter (token, pw) and the bot has no key" in str(no_key.value)
+    with pytest.raises(SecretKeyProblem) as no_key:
+        Unsealer.open(values, sealed, None)
+    assert "secret parameter (pw, token) and the bot has no key" in str(no_key.value)
+    with pytest.raises(SecretKeyProblem) as gone:
+        Unsealer.open(values, {}, BOX)
+    assert str(gone.value) == "the stored value of pw, token is gone"
+
+
+def test_a_quoting_that_holds_the_value_is_masked_whole_not_inside_its_quotes() -> None:
+    opened = Unsealer({"[secret:pw:0123456789abcdef]": ("pw", "a b")})
+    assert opened.mask_text("run 'a b' then a b") == "run [secret:pw] then [secret:pw]"
