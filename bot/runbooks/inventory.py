@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from adapters.kubernetes import cordons
 from adapters.slurm import reasons
 from bot.config import InventoryConfig
-from bot.config_remediation import PoolsConfig
+from bot.config.remediation import PoolsConfig
 from bot.runbooks.params import Inventory
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bot.config_drivers import below_floor
+from bot.config.drivers import below_floor
 from kit import hostlist
 from kit.durations import format_duration, parse_duration
 

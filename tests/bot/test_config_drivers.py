@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from bot.config_drivers import DEFAULT_CUDA_MINIMUM, DriversConfig, below_floor, version_key
+from bot.config.drivers import DEFAULT_CUDA_MINIMUM, DriversConfig, below_floor, version_key
 from bot.runbooks.model import Runbook
 from bot.runbooks.params import Inventory, ParamError, validate
 

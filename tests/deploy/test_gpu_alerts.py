@@ -1,5 +1,5 @@
 """The shipped GPU alert rules follow the bot's XID table: GpuXid fires for exactly the XIDs
-whose default action (bot/config_remediation.py, DEFAULT_XID_ACTIONS) is not `none`, through
+whose default action (bot/config/remediation.py, DEFAULT_XID_ACTIONS) is not `none`, through
 both the last-XID gauge and the windowed count, and carries node, gpu and xid; promtool's
 unit tests of the rules pass."""
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.config_remediation import DEFAULT_XID_ACTIONS, RemediationConfig
+from bot.config.remediation import DEFAULT_XID_ACTIONS, RemediationConfig
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "gpu-alerts.yaml"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bot.config import EngineConfig, GuardsConfig, PoolFloors, load_config
-from bot.config_remediation import PoolsConfig
+from bot.config.remediation import PoolsConfig
 from bot.service import Service
 from bot.surfaces import nodeview
 from kit.errors import Refused

@@ -18,7 +18,7 @@ from adapters.actions import ActionError
 from adapters.kubernetes.backend import KubernetesBackend
 from adapters.slurm.backend import NodeInfo, SlurmBackend
 from bot.config import PoolFloors
-from bot.config_remediation import PoolsConfig
+from bot.config.remediation import PoolsConfig
 from bot.execution.checks.core import Outcome
 from bot.execution.planning import PlannedCheck
 from bot.runbooks.inventory import serves_kubernetes

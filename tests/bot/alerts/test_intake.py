@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from adapters.kubernetes.fake import FakeKubernetes
 from adapters.slurm.fake import FakeSlurm
 from bot.alerts import intake, proposing
-from bot.config_remediation import IntakeConfig
+from bot.config.remediation import IntakeConfig
 from bot.execution import executions
 from bot.runtime.tasks import intake_task
 from bot.service import Service

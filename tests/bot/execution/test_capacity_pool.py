@@ -14,7 +14,7 @@ from adapters.kubernetes.backend import KubernetesError, Pod
 from adapters.kubernetes.fake import FakeKubernetes
 from adapters.slurm.fake import FakeSlurm
 from bot.config import InventoryConfig, PoolFloors
-from bot.config_remediation import PoolsConfig
+from bot.config.remediation import PoolsConfig
 from bot.execution.checks.capacity import CapacityEvaluator
 from bot.execution.planning import PlannedCheck
 from bot.runbooks.inventory import InventorySources, Seen, build

@@ -5,7 +5,7 @@ it serves, and templates read the pool marks as ``pools``."""
 from __future__ import annotations
 
 from bot.config import InventoryConfig
-from bot.config_remediation import PoolsConfig
+from bot.config.remediation import PoolsConfig
 from bot.runbooks import templating
 from bot.runbooks.inventory import InventorySources, Seen, build, serves_kubernetes, serves_slurm
 

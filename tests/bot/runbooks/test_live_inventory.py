@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bot.config import InventoryConfig
-from bot.config_remediation import PoolsConfig
+from bot.config.remediation import PoolsConfig
 from bot.runbooks.inventory import InventorySources, LiveInventory, Seen
 from kit.errors import Refused
 from tests.bot.execution.test_engine import record

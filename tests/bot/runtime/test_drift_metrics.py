@@ -12,7 +12,7 @@ from prometheus_client import generate_latest
 
 from adapters.drift import DriftReportAction
 from adapters.drift.sources import DaemonVersions
-from bot.config_drivers import DriversConfig
+from bot.config.drivers import DriversConfig
 from bot.execution.checks.core import Checks
 from bot.runbooks.catalogue import Catalogue
 from bot.runbooks.params import Inventory

@@ -12,7 +12,7 @@ import pytest
 from adapters.kubernetes.fake import FakeKubernetes
 from adapters.slurm.fake import FakeSlurm
 from bot.config import InventoryConfig
-from bot.config_remediation import PoolsConfig
+from bot.config.remediation import PoolsConfig
 from bot.execution.engine import Engine
 from bot.runbooks.inventory import InventorySources, PoolInventory, Seen, build
 from bot.service import Service

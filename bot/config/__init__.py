@@ -38,8 +38,8 @@ from adapters.otlp.config import OtlpConfig
 from adapters.prometheus.config import PrometheusConfig
 from adapters.slurm.config import SlurmConfig
 from adapters.syslog.config import SyslogConfig
-from bot.config_drivers import DriversConfig
-from bot.config_remediation import MigConfig, PoolsConfig, RemediationConfig
+from bot.config.drivers import DriversConfig
+from bot.config.remediation import MigConfig, PoolsConfig, RemediationConfig
 from kit import yamldoc
 from kit.durations import parse_duration
 
@@ -691,7 +691,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
-        from bot.config_problems import problems
+        from bot.config.problems import problems
 
         raise ConfigError(problems(exc, Config, yamldoc.Locator(file, lines))) from exc
 
