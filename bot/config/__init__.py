@@ -334,8 +334,9 @@ class LeaderElectionConfig(BaseModel):
 
 def shipped_runbooks() -> Path:
     """The runbooks that ship with the bot (wheel data, or the source checkout)."""
-    packaged = Path(__file__).parent / "_runbooks"
-    return packaged if packaged.is_dir() else Path(__file__).parent.parent / "runbooks"
+    bot_package = Path(__file__).parent.parent
+    packaged = bot_package / "_runbooks"
+    return packaged if packaged.is_dir() else bot_package.parent / "runbooks"
 
 
 # The databases the bot runs on (bot.store.db): SQLite, and PostgreSQL through psycopg 3.
