@@ -64,12 +64,12 @@ class _Facts:
     held: Mapping[str, frozenset[int]] | None = None
 
     @classmethod
-    def of(cls, bot: Service) -> _Facts:
-        inventory = bot.refresh_inventory()
+    def of(cls, service: Service) -> _Facts:
+        inventory = service.refresh_inventory()
         pools = {"slurm": frozenset(inventory.slurm),
                  "kubernetes": frozenset(inventory.kubernetes)}
         listed = isinstance(inventory, PoolInventory) and inventory.listed
-        return cls(bot.remediation_kinds(), {k: v for k, v in pools.items() if v},
+        return cls(service.remediation_kinds(), {k: v for k, v in pools.items() if v},
                    inventory.held_by_bot if isinstance(inventory, PoolInventory) and listed
                    else None)
 
@@ -110,25 +110,25 @@ def _status(facts: _Facts, conn: Connection) -> Status:
                   held_out=held, pool_sizes=sizes, last_hour=recent)
 
 
-def tripped(bot: Service) -> tuple[int, str] | None:
+def tripped(service: Service) -> tuple[int, str] | None:
     """(its event's position, why) while the breaker is tripped; else None. One indexed
     read: cheap enough for every tick of the chat poster."""
-    with bot.db.connect() as conn:
+    with service.db.connect() as conn:
         row = _latest(conn)
     if row is None or row.kind != Kind.BREAKER_TRIPPED:
         return None
     return int(row.seq), str(json.loads(row.data).get("reason"))
 
 
-def status(bot: Service) -> Status:
-    facts = _Facts.of(bot)
-    with bot.db.connect() as conn:
+def status(service: Service) -> Status:
+    facts = _Facts.of(service)
+    with service.db.connect() as conn:
         return _status(facts, conn)
 
 
-def over_limits(bot: Service, now: Status) -> str | None:
+def over_limits(service: Service, now: Status) -> str | None:
     """Why automation must stop, by the counts in ``now``; None while within the limits."""
-    limits = bot.config.remediation.breaker
+    limits = service.config.remediation.breaker
     for pool, nodes in sorted(now.held_out.items()):
         size = now.pool_sizes.get(pool, 0)
         if size and len(nodes) / size > limits.max_pool_share:
@@ -142,16 +142,16 @@ def over_limits(bot: Service, now: Status) -> str | None:
     return None
 
 
-def stopped(bot: Service) -> str | None:
+def stopped(service: Service) -> str | None:
     """Why automation may not act now (the breaker is tripped, or trips now: recorded once,
     whichever replica gets there first); None when it may."""
-    facts = _Facts.of(bot)
-    with bot.db.begin() as conn:
+    facts = _Facts.of(service)
+    with service.db.begin() as conn:
         _one_at_a_time(conn)
         now = _status(facts, conn)
         if now.tripped:
             return _tripped_text(now)
-        reason = over_limits(bot, now)
+        reason = over_limits(service, now)
         if reason is None:
             return None
         audit.append(conn, Kind.BREAKER_TRIPPED, BREAKER_USER, {
@@ -169,15 +169,15 @@ def _tripped_text(now: Status) -> str:
             f"{RESET_HINT}")
 
 
-def reset(bot: Service, user: str, reason: str) -> Status:
+def reset(service: Service, user: str, reason: str) -> Status:
     """A person closes the breaker again; only an approver may. Counting starts anew."""
-    if not bot.config.matches(user, bot.config.approvers):
+    if not service.config.matches(user, service.config.approvers):
         raise Refused(f"{user} may not reset the breaker: only approvers may (approvers: "
-                      f"{', '.join(bot.config.approvers) or 'nobody configured'})")
+                      f"{', '.join(service.config.approvers) or 'nobody configured'})")
     if not reason.strip():
         raise Refused("say why the breaker may close again: --reason TEXT")
-    facts = _Facts.of(bot)
-    with bot.db.begin() as conn:
+    facts = _Facts.of(service)
+    with service.db.begin() as conn:
         _one_at_a_time(conn)
         now = _status(facts, conn)
         if not now.tripped:
@@ -185,7 +185,7 @@ def reset(bot: Service, user: str, reason: str) -> Status:
         audit.append(conn, Kind.BREAKER_RESET, user, {
             "reason": reason[:500], "tripped_seq": now.event_seq,
             "held_out": now.held_out, "last_hour": now.last_hour})
-    return status(bot)
+    return status(service)
 
 
 def _one_at_a_time(conn: Connection) -> None:

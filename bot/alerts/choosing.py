@@ -33,24 +33,24 @@ class NothingToDo(Exception):
     """The XID table says ``none`` for this alert's XID: no proposal."""
 
 
-def choose(bot: Service, rule: AlertRule, labels: dict[str, str],
+def choose(service: Service, rule: AlertRule, labels: dict[str, str],
            params: dict[str, str]) -> Choice:
     """Refused when the XID cannot be read or is not in the table; NothingToDo for none."""
     if rule.xid is None:
         assert rule.runbook is not None  # the configuration asks for one or the other
         choice = Choice(rule.runbook, params)
     else:
-        choice = _by_xid(bot, rule.xid, labels, params)
-    return _repeat(bot, choice)
+        choice = _by_xid(service, rule.xid, labels, params)
+    return _repeat(service, choice)
 
 
-def _by_xid(bot: Service, template: str, labels: dict[str, str],
+def _by_xid(service: Service, template: str, labels: dict[str, str],
             params: dict[str, str]) -> Choice:
     shown = str(templating.render(template, {"labels": labels})).strip()
     if not re.fullmatch(r"[0-9]{1,3}", shown):
         raise Refused(f"the alert's XID {shown[:20]!r} is not a number from 1 to 999")
     xid = int(shown)
-    action = bot.config.remediation.action_for(xid)
+    action = service.config.remediation.action_for(xid)
     if action is None:
         raise Refused(f"XID {xid} is not in the XID table (remediation.xid in the "
                       "configuration): add it as reset, reboot, swap or none")
@@ -61,19 +61,19 @@ def _by_xid(bot: Service, template: str, labels: dict[str, str],
                   xid=xid)
 
 
-def _repeat(bot: Service, choice: Choice) -> Choice:
+def _repeat(service: Service, choice: Choice) -> Choice:
     """A node that needed ``remediation.repeat.remediations`` remediations within
     ``days`` gets swap-gpu, not another drain, reset or resume."""
     node = choice.params.get("node")
     if not node or choice.runbook == SWAP:
         return choice
-    wanted = bot.runbooks().get(choice.runbook)
+    wanted = service.runbooks().get(choice.runbook)
     if wanted is None or wanted.runbook.remediation is None:
         return choice
-    found = bot.repeat_offences(node)
+    found = service.repeat_offences(node)
     if not found:
         return choice
-    offence = repeat_text(node, found, bot.config.remediation.repeat.days)
+    offence = repeat_text(node, found, service.config.remediation.repeat.days)
     gpu = choice.params.get("gpu")
     if gpu is None:  # swap-gpu needs the GPU: propose what was asked, marked
         return Choice(choice.runbook, choice.params,

@@ -44,13 +44,13 @@ def _source(text: str) -> str:
     return "nhc" if text.upper().startswith("NHC") else "slurm-or-person"
 
 
-def slurm_alerts(bot: Service) -> list[WebhookAlert]:
+def slurm_alerts(service: Service) -> list[WebhookAlert]:
     """A firing alert per drained Slurm node whose reason has another owner's part."""
-    backend = bot.backends.get("slurm")
-    if backend is None or not bot.config.remediation.intake.slurm_drains:
+    backend = service.backends.get("slurm")
+    if backend is None or not service.config.remediation.intake.slurm_drains:
         return []
-    names = bot.inventory.names.get("slurm", {})
-    ours = {names.get(name, name): name for name in bot.inventory.slurm}
+    names = service.inventory.names.get("slurm", {})
+    ours = {names.get(name, name): name for name in service.inventory.slurm}
     found = []
     for node in backend.nodes(sorted(ours)):
         if "DRAIN" not in node.flags:
@@ -67,14 +67,14 @@ def slurm_alerts(bot: Service) -> list[WebhookAlert]:
     return found
 
 
-def kubernetes_alerts(bot: Service) -> list[WebhookAlert]:
+def kubernetes_alerts(service: Service) -> list[WebhookAlert]:
     """A firing alert per Kubernetes node and configured condition type that is True."""
-    kinds = bot.config.remediation.intake.kubernetes_conditions
-    backend = bot.backends.get("kubernetes")
+    kinds = service.config.remediation.intake.kubernetes_conditions
+    backend = service.backends.get("kubernetes")
     if backend is None or not kinds:
         return []
-    names = bot.inventory.names.get("kubernetes", {})
-    ours = {names.get(name, name): name for name in bot.inventory.kubernetes}
+    names = service.inventory.names.get("kubernetes", {})
+    ours = {names.get(name, name): name for name in service.inventory.kubernetes}
     found = []
     for node in (n for n in backend.list_nodes() if n.name in ours):
         for kind in kinds:
@@ -91,22 +91,22 @@ def kubernetes_alerts(bot: Service) -> list[WebhookAlert]:
     return found
 
 
-def scan(bot: Service) -> list[Proposal]:
+def scan(service: Service) -> list[Proposal]:
     """One pass: the causes found now fire; open proposals of causes no longer there
     resolve. Returns the proposals created or changed."""
-    firing = [*slurm_alerts(bot), *kubernetes_alerts(bot)]
+    firing = [*slurm_alerts(service), *kubernetes_alerts(service)]
     seen = {alert.fingerprint for alert in firing}
     gone = [WebhookAlert.model_validate({"status": "resolved", "labels": labels,
                                          "fingerprint": fingerprint})
-            for fingerprint, labels in _open_intake(bot) if fingerprint not in seen]
-    alerts = [*firing, *gone][:bot.config.server.max_alerts_per_request]
+            for fingerprint, labels in _open_intake(service) if fingerprint not in seen]
+    alerts = [*firing, *gone][:service.config.server.max_alerts_per_request]
     if not alerts:
         return []
-    return proposing.receive(bot, Webhook(version="4", status="firing", alerts=alerts))
+    return proposing.receive(service, Webhook(version="4", status="firing", alerts=alerts))
 
 
-def _open_intake(bot: Service) -> list[tuple[str, dict[str, Any]]]:
-    with bot.db.connect() as conn:
+def _open_intake(service: Service) -> list[tuple[str, dict[str, Any]]]:
+    with service.db.connect() as conn:
         rows = conn.execute(select(proposals.c.fingerprint, proposals.c.labels).where(
             proposals.c.alertname.in_([SLURM, KUBERNETES]),
             proposals.c.alert_status == "firing")).all()

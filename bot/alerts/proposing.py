@@ -101,7 +101,7 @@ def parse(body: bytes) -> Webhook:
             from None
 
 
-def receive(bot: Service, webhook: Webhook) -> list[Proposal]:
+def receive(service: Service, webhook: Webhook) -> list[Proposal]:
     """Record what the alerts propose; returns the proposals created or updated.
 
     Each firing alert that matches an ``alert_rules`` entry proposes that runbook with
@@ -122,7 +122,7 @@ def receive(bot: Service, webhook: Webhook) -> list[Proposal]:
     database failing fails the batch, so that Alertmanager sends it again (proposals
     already made are not made twice).
     """
-    limit = bot.config.server.max_alerts_per_request
+    limit = service.config.server.max_alerts_per_request
     if len(webhook.alerts) > limit:
         raise TooManyAlerts(
             f"{len(webhook.alerts)} alerts in one request; at most {limit} are taken "
@@ -130,28 +130,28 @@ def receive(bot: Service, webhook: Webhook) -> list[Proposal]:
             "to at most that")
     touched = []
     for alert in webhook.alerts:
-        rule = _rule_for(bot, alert.labels)
+        rule = _rule_for(service, alert.labels)
         if rule is None:
             continue
         try:
-            proposal = _resolve(bot, alert) if alert.status == "resolved" else _fire(
-                bot, alert, rule)
+            proposal = _resolve(service, alert) if alert.status == "resolved" else _fire(
+                service, alert, rule)
         except SQLAlchemyError:
             raise
         except Exception as exc:  # one bad alert must not lose the rest of its batch
             _log.exception("alert %s (%s) could not be taken", alert.fingerprint,
                            alert.labels.get("alertname"))
-            with bot.db.connect() as conn:
-                previous = _belongs_to(conn, alert, bot.config.server.alert_refire_seconds)
-            proposal = _refuse(bot, alert, _asked(rule, {}), previous,
+            with service.db.connect() as conn:
+                previous = _belongs_to(conn, alert, service.config.server.alert_refire_seconds)
+            proposal = _refuse(service, alert, _asked(rule, {}), previous,
                                f"could not be proposed: {type(exc).__name__}: {exc}")
         if proposal is not None:
             touched.append(proposal)
     return touched
 
 
-def _rule_for(bot: Service, labels: dict[str, str]) -> AlertRule | None:
-    for rule in bot.config.alert_rules:
+def _rule_for(service: Service, labels: dict[str, str]) -> AlertRule | None:
+    for rule in service.config.alert_rules:
         if all(labels.get(k) in v.split("|") for k, v in rule.match.items()):
             return rule
     return None
@@ -208,14 +208,14 @@ def _seconds_between(earlier: str | None, later: str | None) -> float:
     return float("inf") if start is None else (end - start).total_seconds()
 
 
-def _fire(bot: Service, alert: WebhookAlert, rule: AlertRule) -> Proposal | None:
+def _fire(service: Service, alert: WebhookAlert, rule: AlertRule) -> Proposal | None:
     """A firing alert: a new proposal, or the one it belongs to brought up to date."""
-    with bot.db.begin() as conn:
-        row = _belongs_to(conn, alert, bot.config.server.alert_refire_seconds)
+    with service.db.begin() as conn:
+        row = _belongs_to(conn, alert, service.config.server.alert_refire_seconds)
         changed = row is not None and row.state != "refused" and _refired(conn, row, alert)
     if row is None or row.state == "refused":  # refused: asked again, the reason may be gone
-        return _propose(bot, alert, rule, row)
-    return get(bot, row.id) if changed else None
+        return _propose(service, alert, rule, row)
+    return get(service, row.id) if changed else None
 
 
 def _refired(conn: Connection, row: Any, alert: WebhookAlert) -> bool:
@@ -241,7 +241,7 @@ def _asked(rule: AlertRule, params: dict[str, str]) -> Choice:
     return Choice(rule.runbook or "(by XID)", params)
 
 
-def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule,
+def _propose(service: Service, alert: WebhookAlert, rule: AlertRule,
              refused: Any = None) -> Proposal | None:
     """A new proposal (or refusal) for ``alert``; ``refused``: this firing's refused
     proposal, whose reason is not recorded a second time."""
@@ -250,55 +250,55 @@ def _propose(bot: Service, alert: WebhookAlert, rule: AlertRule,
         try:
             params[name] = str(templating.render(template, {"labels": alert.labels}))
         except templating.TemplateProblem as exc:
-            return _refuse(bot, alert, _asked(rule, params), refused, (
+            return _refuse(service, alert, _asked(rule, params), refused, (
                 f"parameter {name}: {exc} (the alert's labels: "
                 f"{', '.join(sorted(alert.labels)) or 'none'})"))
     try:
-        choice = choose(bot, rule, alert.labels, params)
-        stop = breaker.stopped(bot)
+        choice = choose(service, rule, alert.labels, params)
+        stop = breaker.stopped(service)
         if stop is not None:
-            return _refuse(bot, alert, choice, refused, stop)
-        plan = bot.plan(choice.runbook, choice.params)
+            return _refuse(service, alert, choice, refused, stop)
+        plan = service.plan(choice.runbook, choice.params)
     except NothingToDo as exc:
         _log.info("alert %s: %s", alert.fingerprint, exc)
         return None
     except Refused as exc:
-        return _refuse(bot, alert, _asked(rule, params), refused, str(exc))
-    proposal = _record(bot, alert, choice, "open", _with_window(bot, choice, choice.note),
+        return _refuse(service, alert, _asked(rule, params), refused, str(exc))
+    proposal = _record(service, alert, choice, "open", _with_window(service, choice, choice.note),
                        refused)
     if proposal is None:  # proposed a moment ago by another request: it auto-ran there
         return None
-    if choice.xid is not None and choice.xid in bot.config.remediation.quarantine.xids:
-        _quarantine(bot, alert, choice, proposal.id)
-        proposal = get(bot, proposal.id)
+    if choice.xid is not None and choice.xid in service.config.remediation.quarantine.xids:
+        _quarantine(service, alert, choice, proposal.id)
+        proposal = get(service, proposal.id)
     if rule.auto_run:
-        _auto_run(bot, proposal.id, plan.risk)
-        return get(bot, proposal.id)
+        _auto_run(service, proposal.id, plan.risk)
+        return get(service, proposal.id)
     return proposal
 
 
-def _refuse(bot: Service, alert: WebhookAlert, choice: Choice,
+def _refuse(service: Service, alert: WebhookAlert, choice: Choice,
             previous: Any, note: str) -> Proposal | None:
     """A refused proposal with why, unless ``previous`` (the proposal this firing belongs
     to) is that same refusal: then it is only brought up to date (no second row, no second
     ``proposal_refused``)."""
-    note = _with_window(bot, choice, note) or note
+    note = _with_window(service, choice, note) or note
     if (previous is not None and previous.state == "refused" and previous.note == note
             and json.loads(previous.params) == choice.params):
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             changed = _refired(conn, previous, alert)
-        return get(bot, previous.id) if changed else None
-    return _record(bot, alert, choice, "refused", note, previous)
+        return get(service, previous.id) if changed else None
+    return _record(service, alert, choice, "refused", note, previous)
 
 
-def _record(bot: Service, alert: WebhookAlert, choice: Choice,
+def _record(service: Service, alert: WebhookAlert, choice: Choice,
             state: str, note: str | None, previous: Any = None) -> Proposal | None:
     """A proposal, open or refused (with why), and its audit event; None when, since
     ``previous`` was read, another request (Alertmanager's retry, another replica) recorded
     one for this firing: the alert has its proposal, and only one."""
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         _one_at_a_time(conn, alert.fingerprint)
-        current = _belongs_to(conn, alert, bot.config.server.alert_refire_seconds)
+        current = _belongs_to(conn, alert, service.config.server.alert_refire_seconds)
         if current is not None and (previous is None or current.id != previous.id):
             return None
         proposal_id = _insert(conn, alert, choice, state, note)
@@ -307,16 +307,16 @@ def _record(bot: Service, alert: WebhookAlert, choice: Choice,
             "proposal": proposal_id, "alert": alert.labels.get("alertname"),
             "fingerprint": alert.fingerprint, "runbook": choice.runbook,
             "params": choice.params, "reason": note})
-    return get(bot, proposal_id)
+    return get(service, proposal_id)
 
 
-def _with_window(bot: Service, choice: Choice, note: str | None) -> str | None:
+def _with_window(service: Service, choice: Choice, note: str | None) -> str | None:
     """An alert about a node inside an open maintenance window still reaches people, marked
     so; the window's close keeps the node out (bot.schedule.windows)."""
     node = choice.params.get("node", "")
     if not node:
         return note
-    with bot.db.connect() as conn:
+    with service.db.connect() as conn:
         rows = conn.execute(select(maintenance_windows.c.id, maintenance_windows.c.nodes)
                             .where(maintenance_windows.c.state == "open")).all()
     inside = next((f"{node} is inside maintenance window {window_id}: the window keeps it "
@@ -347,25 +347,25 @@ def _insert(conn: Connection, alert: WebhookAlert, choice: Choice, state: str,
     return int(key[0])
 
 
-def _quarantine(bot: Service, alert: WebhookAlert, choice: Choice, proposal_id: int) -> None:
+def _quarantine(service: Service, alert: WebhookAlert, choice: Choice, proposal_id: int) -> None:
     """Run the quarantine runbook for the alert's node now (its XID is listed), once per
     proposal (the caller recorded it); the proposal of the repair stays open for a person
     and says what the quarantine did. The audit log names the alert behind it."""
-    runbook = bot.config.remediation.quarantine.runbook
+    runbook = service.config.remediation.quarantine.runbook
     where = f" on GPU {choice.params['gpu']}" if choice.params.get("gpu") else ""
     name = " ".join(alert.labels.get("alertname", "alert").split())[:80]  # one line, short
     reason = f"{name} XID {choice.xid}{where} (alert {alert.fingerprint[:16]})"
     params = {"node": choice.params.get("node", ""), "reason": reason}
     try:
-        execution_id = bot.request(runbook, params, ALERT_USER, source="alert",
+        execution_id = service.request(runbook, params, ALERT_USER, source="alert",
                                    configured=True)
     except Refused as exc:
         said = f"quarantine refused: {exc}"
         execution_id = None
     else:
         said = f"quarantined by execution {execution_id} ({runbook}); the repair waits for you"
-    note = get(bot, proposal_id).note
-    with bot.db.begin() as conn:
+    note = get(service, proposal_id).note
+    with service.db.begin() as conn:
         _set(conn, proposal_id, note=f"{note}; {said}" if note else said)
         audit.append(conn, Kind.QUARANTINE_REQUESTED, ALERT_USER, {
             "proposal": proposal_id, "execution": execution_id, "runbook": runbook,
@@ -373,27 +373,27 @@ def _quarantine(bot: Service, alert: WebhookAlert, choice: Choice, proposal_id: 
             "xid": choice.xid, "node": params["node"], "outcome": said}, execution_id)
 
 
-def _auto_run(bot: Service, proposal_id: int, risk: str) -> None:
+def _auto_run(service: Service, proposal_id: int, risk: str) -> None:
     if risk != "low":  # never without a person for medium or high risk
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             _set(conn, proposal_id, note=f"auto_run ignored: the runbook is risk {risk}")
         return
-    stop = breaker.stopped(bot)
+    stop = breaker.stopped(service)
     if stop is not None:  # the proposal stays open for a person
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             _set(conn, proposal_id, note=f"auto_run stopped: {stop}")
         return
     try:
-        run(bot, proposal_id, ALERT_USER, configured=True)
+        run(service, proposal_id, ALERT_USER, configured=True)
     except Refused as exc:  # e.g. a lock held by a running execution: the person decides
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             _set(conn, proposal_id, note=f"auto_run refused: {exc}")
 
 
-def _resolve(bot: Service, alert: WebhookAlert) -> Proposal | None:
+def _resolve(service: Service, alert: WebhookAlert) -> Proposal | None:
     """The alert's proposal (open or running, else its newest, whatever its state) hears it
     resolve, once: a resolution sent again, or of an older firing, changes nothing."""
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         row = _open(conn, alert.fingerprint)
         row = row if row is not None else _newest(conn, alert.fingerprint)
         if row is None or row.alert_status == "resolved" or (
@@ -403,7 +403,7 @@ def _resolve(bot: Service, alert: WebhookAlert) -> Proposal | None:
         _set(conn, row.id, alert_status="resolved", resolved_at=now_iso())
         audit.append(conn, Kind.ALERT_RESOLVED, ALERT_USER,
                      {"proposal": row.id, "fingerprint": alert.fingerprint})
-    return get(bot, row.id)
+    return get(service, row.id)
 
 
 def _set(conn: Connection, proposal_id: int, **fields: Any) -> None:
@@ -411,75 +411,75 @@ def _set(conn: Connection, proposal_id: int, **fields: Any) -> None:
                  .values(updated_at=now_iso(), **fields))
 
 
-def get(bot: Service, proposal_id: int) -> Proposal:
-    with bot.db.connect() as conn:
+def get(service: Service, proposal_id: int) -> Proposal:
+    with service.db.connect() as conn:
         row = conn.execute(select(proposals).where(proposals.c.id == proposal_id)).first()
     if row is None:
         raise Refused(f"there is no proposal {proposal_id}")
     return _from_row(row)
 
 
-def listing(bot: Service, *, open_only: bool = True) -> list[Proposal]:
+def listing(service: Service, *, open_only: bool = True) -> list[Proposal]:
     query = select(proposals).order_by(proposals.c.id.desc())
     if open_only:
         query = query.where(proposals.c.state == "open")
-    with bot.db.connect() as conn:
+    with service.db.connect() as conn:
         return [_from_row(row) for row in conn.execute(query)]
 
 
-def run(bot: Service, proposal_id: int, user: str, *, configured: bool = False) -> int:
+def run(service: Service, proposal_id: int, user: str, *, configured: bool = False) -> int:
     """The Run button: request the proposed runbook as ``user``; returns the execution.
     The proposal is claimed first (open to started, in one statement), so two people who
     press Run at once make one execution; the other is told it was taken."""
-    proposal = get(bot, proposal_id)
+    proposal = get(service, proposal_id)
     if proposal.state != "open":
         raise Refused(f"proposal {proposal_id} is {proposal.state}, not open")
-    _claim(bot, proposal_id, "started")
+    _claim(service, proposal_id, "started")
     try:
         resolved = (f"the alert that proposed this ({proposal.alertname}) resolved at "
                     f"{proposal.resolved_at}: check that the run is still needed"
                     if proposal.alert_status == "resolved" else None)
-        execution_id = bot.request(proposal.runbook, proposal.params, user, source="alert",
+        execution_id = service.request(proposal.runbook, proposal.params, user, source="alert",
                                    configured=configured, warning=resolved)
     except BaseException:  # refused (or failed): the proposal is open again, as it was
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             conn.execute(update(proposals).where(
                 proposals.c.id == proposal_id, proposals.c.state == "started",
                 proposals.c.execution_id.is_(None)).values(state="open", updated_at=now_iso()))
         raise
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         _set(conn, proposal_id, execution_id=execution_id)
         audit.append(conn, Kind.PROPOSAL_STARTED, user,
                      {"proposal": proposal_id, "execution": execution_id}, execution_id)
     return execution_id
 
 
-def _claim(bot: Service, proposal_id: int, state: str) -> None:
+def _claim(service: Service, proposal_id: int, state: str) -> None:
     """Move an open proposal to ``state``; Refused when it is no longer open (someone else
     ran or dismissed it a moment ago)."""
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         claimed = conn.execute(update(proposals).where(
             proposals.c.id == proposal_id, proposals.c.state == "open").values(
             state=state, updated_at=now_iso())).rowcount
     if claimed != 1:
-        now = get(bot, proposal_id).state
+        now = get(service, proposal_id).state
         raise Refused(f"proposal {proposal_id} is {now}, not open (someone acted on it a "
                       "moment ago)")
 
 
-def dismiss(bot: Service, proposal_id: int, user: str, reason: str | None) -> Proposal:
+def dismiss(service: Service, proposal_id: int, user: str, reason: str | None) -> Proposal:
     """The Dismiss button: only someone who may request runs may dismiss one proposed."""
-    if not bot.config.matches(user, bot.config.requesters):
+    if not service.config.matches(user, service.config.requesters):
         raise Refused(f"{user} may not dismiss proposals: only those who may request runs "
-                      f"may (requesters: {', '.join(bot.config.requesters)})")
-    with bot.db.begin() as conn:
+                      f"may (requesters: {', '.join(service.config.requesters)})")
+    with service.db.begin() as conn:
         claimed = conn.execute(update(proposals).where(
             proposals.c.id == proposal_id, proposals.c.state == "open").values(
             state="dismissed", note=reason, updated_at=now_iso())).rowcount
         if claimed == 1:
             audit.append(conn, Kind.PROPOSAL_DISMISSED, user, {"proposal": proposal_id,
                                                                 "reason": reason})
-    proposal = get(bot, proposal_id)
+    proposal = get(service, proposal_id)
     if claimed != 1:
         raise Refused(f"proposal {proposal_id} is {proposal.state}, not open")
     return proposal

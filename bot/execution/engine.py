@@ -126,7 +126,7 @@ class Engine:
     the leader of ``runbook serve``); ``report`` gets its progress lines.
     """
 
-    bot: Parts  # the command service
+    service: Parts  # the command service
     report: Reporter = silent
     owner: str = field(
         default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -143,14 +143,14 @@ class Engine:
         # kills itself right after committing the audit event named here ("kind" or
         # "kind:step"), so each stage boundary can be crashed at deterministically.
         self._crash_after = (os.environ.get("RUNBOOK_LAB_CRASH_AFTER") or None
-                             if self.bot.config.lab else None)
+                             if self.service.config.lab else None)
         self._written = threading.local()
 
     # --- claiming and the heartbeat ------------------------------------------------
 
     @property
     def _lease(self) -> float:
-        return self.bot.config.engine.lease_seconds
+        return self.service.config.engine.lease_seconds
 
     def claim(self, execution_id: int) -> tuple[bool, str | None]:
         """Take the execution unless another live engine has it; returns (claimed, last owner)."""
@@ -160,7 +160,7 @@ class Engine:
     def _claim(self, execution_id: int) -> Claim | None:
         now = time.time()
         table = executions_table
-        with self.bot.db.begin() as conn:
+        with self.service.db.begin() as conn:
             before = conn.execute(
                 select(table.c.owner, table.c.lease_until).where(table.c.id == execution_id)
             ).first()
@@ -192,7 +192,7 @@ class Engine:
                 del self._claims[claim.execution_id]
         if claim.lost.is_set() or claim.running:
             return  # the lease runs out by itself; the next engine waits for that
-        with self.bot.db.begin() as conn:
+        with self.service.db.begin() as conn:
             conn.execute(
                 update(executions_table)
                 .where(executions_table.c.id == claim.execution_id,
@@ -224,8 +224,8 @@ class Engine:
 
     def renew(self, claims: list[Claim]) -> None:
         now = time.time()
-        lock_until = now + self.bot.config.engine.lock_ttl_seconds
-        with self.bot.db.begin() as conn:
+        lock_until = now + self.service.config.engine.lock_ttl_seconds
+        with self.service.db.begin() as conn:
             renewed: list[Claim] = []
             for claim in claims:
                 if claim.lost.is_set():
@@ -263,7 +263,7 @@ class Engine:
         if claim.lost.is_set():
             raise _Stop(f"execution {claim.execution_id}: {claim.reason}")
         self._written.events = []
-        with self.bot.db.begin() as conn:
+        with self.service.db.begin() as conn:
             if not conn.execute(_FENCE, {"id": claim.execution_id, "epoch": claim.epoch,
                                          "owner": self.owner}).rowcount:
                 claim.lose("another engine claimed it")
@@ -299,7 +299,7 @@ class Engine:
         return self._load(execution_id)
 
     def _load(self, execution_id: int) -> Execution:
-        with self.bot.db.connect() as conn:
+        with self.service.db.connect() as conn:
             return executions.get(conn, execution_id)
 
     def _drive(self, claim: Claim, wait: bool) -> None:
@@ -313,13 +313,13 @@ class Engine:
         while True:
             ex = self._load(claim.execution_id)
             if ex.state == State.AWAITING_APPROVAL:
-                with self.bot.db.begin() as conn:
+                with self.service.db.begin() as conn:
                     if expire_if_due(conn, ex):
                         self.report(ex.id, "expired: no approval before the deadline")
                         return
                 if not wait:
                     return
-                self.sleep(self.bot.config.engine.poll_seconds)
+                self.sleep(self.service.config.engine.poll_seconds)
             elif ex.state == State.APPROVED:
                 self._start(claim, ex)
             elif ex.state in UNDER_WAY:
@@ -385,7 +385,7 @@ class Engine:
         certainly run out (plus the clock skew allowed between hosts)."""
         if claim.previous_lease is None:
             return
-        until = claim.previous_lease + self.bot.config.engine.clock_skew_seconds
+        until = claim.previous_lease + self.service.config.engine.clock_skew_seconds
         while (left := until - time.time()) > 0:
             time.sleep(min(left, WATCH_SECONDS))  # the real clock: leases are wall time
 
@@ -393,7 +393,7 @@ class Engine:
         """Plan the pinned version again against today's facts; run only a plan approved
         under its own policy (a different plan is approved again, never run on the old
         approvals)."""
-        with self.bot.db.connect() as conn:
+        with self.service.db.connect() as conn:
             holds = locking.holds(conn, ex.id, ex.fencing_token, len(ex.plan.locks))
         if not holds:
             self._end(claim, ex, State.FAILED, "it lost its locks before it started (they "
@@ -401,7 +401,7 @@ class Engine:
                       "again", expect={"state": State.APPROVED})
             return
         try:
-            plan = self.bot.replan(ex)
+            plan = self.service.replan(ex)
         except Refused as exc:
             self._end(claim, ex, State.FAILED, f"cannot plan again: {exc}",
                       expect={"state": State.APPROVED})
@@ -543,7 +543,7 @@ class Engine:
             return claim.lost.is_set() or self._cancel_requested(ex)
 
         try:
-            return self.bot.checks.evaluate(check, stopping=stopping)
+            return self.service.checks.evaluate(check, stopping=stopping)
         except Exception as exc:  # an evaluator bug must fail the check, never pass it
             return Outcome(False, None, f"{type(exc).__name__}: {exc}")
 
@@ -568,7 +568,7 @@ class Engine:
         return None
 
     def _states(self, ex: Execution) -> dict[tuple[str, str], executions.StepState]:
-        with self.bot.db.connect() as conn:
+        with self.service.db.connect() as conn:
             return executions.step_states_of(conn, ex.id)
 
     def _skip(self, claim: Claim, ex: Execution, step: PlannedStep, position: int) -> None:
@@ -595,7 +595,7 @@ class Engine:
             self.report(ex.id, f"step {label}: running ({'; '.join(call.operations)})")
             seal = Unsealer()  # the step's secret values, masked in all that comes back
             try:
-                seal = self.bot.unsealer(ex)
+                seal = self.service.unsealer(ex)
                 result = _masked(seal, self._invoke(claim, ex, step, call, phase, seal))
             except (_Stop, _Hold):
                 raise
@@ -637,7 +637,7 @@ class Engine:
         """Run the action in a worker thread and watch it: a cancel (of a step, not of an
         undo), a lost claim or the timeout set the action's stop flag; the engine goes on
         only once the action returned. Secret values reach only the action's arguments."""
-        action = self.bot.catalogue.get(call.action)
+        action = self.service.catalogue.get(call.action)
         args = action.Arguments.model_validate(seal.unseal(call.args))
         timeout = step.timeout_seconds
         ctx = ActionContext(
@@ -645,7 +645,7 @@ class Engine:
             fencing_token=ex.fencing_token,
             progress=lambda line: self.report(ex.id, seal.mask_text(f"step {step.id}: {line}")),
             status=lambda data: self._save_status(claim, ex, step, phase, seal.mask(data)),
-            capacity_guard=capacity_guard.batch_guard(ex.plan, self.bot.checks.evaluate),
+            capacity_guard=capacity_guard.batch_guard(ex.plan, self.service.checks.evaluate),
             earlier=lambda step_id: self._earlier(ex.id, step_id),
         )
         box: dict[str, Any] = {}
@@ -671,7 +671,7 @@ class Engine:
     def _earlier(self, execution_id: int, step_id: str) -> Mapping[str, Any] | None:
         """The details an earlier step of the execution succeeded with (ActionContext.earlier),
         as recorded on its step row: also after a restart of the engine."""
-        with self.bot.db.connect() as conn:
+        with self.service.db.connect() as conn:
             found = executions.step_states_of(conn, execution_id).get(("do", step_id))
         if found is None or found.state != "succeeded" or not found.result:
             return None
@@ -698,7 +698,7 @@ class Engine:
         running step within about a second. Undo starts only after the action returned; one
         that does not stop within ``engine.stop_grace_seconds`` leaves the execution held for
         a person (or let go, when the claim was lost), never undone beside it."""
-        grace = self.bot.config.engine.stop_grace_seconds
+        grace = self.service.config.engine.stop_grace_seconds
         asked: float | None = None
         while True:
             worker.join(WATCH_SECONDS)
@@ -767,7 +767,7 @@ class Engine:
             done = states.get(("do", step.id))
             if step.undo is None or done is None:
                 if (done is not None and done.state == "succeeded" and _needs_undo(step, done)
-                        and self.bot.catalogue.takes_out(step.action)):
+                        and self.service.catalogue.takes_out(step.action)):
                     kept.append(step.id)
                 continue
             if not _needs_undo(step, done):
@@ -803,7 +803,7 @@ class Engine:
         """End the execution (compare-and-set on the claim and ``expect``); False when the
         row was not as expected (a cancel came in, say) and nothing was written."""
         if state in (State.FAILED, State.CANCELLED) and error:
-            where = self.bot.node_states([lock.removeprefix("node:") for lock in ex.plan.locks
+            where = self.service.node_states([lock.removeprefix("node:") for lock in ex.plan.locks
                                           if lock.startswith("node:")], ex.id)
             error = f"{error}. {where}" if where else error
         with self._write(claim) as conn:
@@ -823,7 +823,7 @@ class Engine:
         if self._handing_over.is_set():
             raise _Stop(f"execution {ex.id}: this engine stopped (no longer the leader, or "
                         "shutting down); another engine resumes it here")
-        with self.bot.db.connect() as conn:
+        with self.service.db.connect() as conn:
             holds = locking.holds(conn, ex.id, ex.fencing_token, len(ex.plan.locks))
             cancel = _cancel_flag(conn, ex.id)
         if not holds and not cancelling:
@@ -833,7 +833,7 @@ class Engine:
         return cancel
 
     def _cancel_requested(self, ex: Execution) -> bool:
-        with self.bot.db.connect() as conn:
+        with self.service.db.connect() as conn:
             return _cancel_flag(conn, ex.id)
 
     # --- the engine loop -----------------------------------------------------------------
@@ -841,7 +841,7 @@ class Engine:
     def runnable(self) -> list[tuple[int, str]]:
         """Active executions no live engine drives: (id, state)."""
         now = time.time()
-        with self.bot.db.connect() as conn:
+        with self.service.db.connect() as conn:
             rows = conn.execute(
                 select(executions_table.c.id, executions_table.c.state)
                 .where(
@@ -865,7 +865,7 @@ class Engine:
         """
         stop = stop or threading.Event()
         workers: dict[int, threading.Thread] = {}
-        limit = self.bot.config.engine.max_parallel
+        limit = self.service.config.engine.max_parallel
         while not stop.is_set():
             for execution_id, worker in list(workers.items()):
                 if not worker.is_alive():
@@ -886,7 +886,7 @@ class Engine:
             if once and not workers and not any(s != State.AWAITING_APPROVAL
                                                 for _, s in self.runnable()):
                 return
-            stop.wait(self.bot.config.engine.poll_seconds)
+            stop.wait(self.service.config.engine.poll_seconds)
         if hand_over:
             self._handing_over.set()
         for worker in workers.values():

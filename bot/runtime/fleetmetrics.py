@@ -20,12 +20,12 @@ from bot.store.schema import proposals
 PROPOSAL_STATES = ("open", "started", "dismissed", "refused")
 
 
-def fleet_metrics(bot: Service) -> Iterator[Any]:
+def fleet_metrics(service: Service) -> Iterator[Any]:
     yield GaugeMetricFamily("runbook_breaker_tripped", "1 while the breaker on automation is "
                             "tripped (alert proposals and auto_run stopped)",
-                            value=1.0 if breaker.tripped(bot) is not None else 0.0)
-    kinds = bot.remediation_kinds()
-    with bot.db.connect() as conn:
+                            value=1.0 if breaker.tripped(service) is not None else 0.0)
+    kinds = service.remediation_kinds()
+    with service.db.connect() as conn:
         held = remediations.held_out(conn, kinds)
         by_state: dict[str, int] = dict(conn.execute(
             select(proposals.c.state, func.count()).group_by(proposals.c.state)).all())

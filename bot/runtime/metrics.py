@@ -26,8 +26,8 @@ STEP_BUCKETS = (0.1, 1.0, 10.0, 60.0, 600.0, 3600.0)
 class BotCollector:
     """Metrics read from the database at scrape time, so every replica reports the same."""
 
-    def __init__(self, bot: Service) -> None:
-        self._bot = bot
+    def __init__(self, service: Service) -> None:
+        self._bot = service
 
     def collect(self) -> Iterator[Any]:
         with self._bot.db.connect() as conn:
@@ -108,11 +108,11 @@ class BotCollector:
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-def registry_for(bot: Service) -> tuple[CollectorRegistry, Histogram]:
+def registry_for(service: Service) -> tuple[CollectorRegistry, Histogram]:
     """A registry of this server's own (never the process-wide one, so that two servers in
     one process do not clash) with the bot's collector and the request histogram."""
     registry = CollectorRegistry()
-    registry.register(BotCollector(bot))
+    registry.register(BotCollector(service))
     histogram = Histogram("runbook_http_request_duration_seconds",
                           "Time from a request's headers to its answer, by route",
                           ["method", "route", "code"], buckets=REQUEST_BUCKETS,

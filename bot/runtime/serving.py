@@ -29,24 +29,24 @@ MAX_BODY = access.MAX_BODY  # bytes: a larger request body is refused with 413
 _log = logging.getLogger(__name__)
 
 
-def health(bot: Service, leadership: Callable[[], Mapping[str, Any]] | None) -> Response:
+def health(service: Service, leadership: Callable[[], Mapping[str, Any]] | None) -> Response:
     """GET /healthz: 200 when the database answers, with what leadership says."""
     try:
-        with bot.db.connect() as conn:
+        with service.db.connect() as conn:
             conn.execute(text("SELECT 1"))
     except Exception as exc:
         return json_response(503, {"status": "unhealthy", "database": str(exc)[:200]})
     return json_response(200, {"status": "ok", **(leadership() if leadership else {})})
 
 
-def alerts(bot: Service, body: bytes) -> Response:
+def alerts(service: Service, body: bytes) -> Response:
     """POST /alerts: Alertmanager's webhook to proposals."""
     try:
         webhook = proposing.parse(body)
     except proposing.BadPayload as exc:
         return json_response(400, {"error": str(exc)})
     try:
-        touched = proposing.receive(bot, webhook)
+        touched = proposing.receive(service, webhook)
     except proposing.TooManyAlerts as exc:
         return json_response(413, {"error": str(exc)})
     return json_response(200, {"proposals": [
@@ -55,7 +55,7 @@ def alerts(bot: Service, body: bytes) -> Response:
         for p in touched]})
 
 
-def alerts_route(bot: Service, tokens: str | Sequence[str] | None) -> Route:
+def alerts_route(service: Service, tokens: str | Sequence[str] | None) -> Route:
     """POST /alerts behind its bearer token, or either of two while rotating (None or none:
     not authenticated, see access.py)."""
 
@@ -64,7 +64,7 @@ def alerts_route(bot: Service, tokens: str | Sequence[str] | None) -> Route:
             problem = access.bearer_problem(headers, tokens)
             if problem is not None:
                 return unauthorized(problem, invalid="authorization" in headers)
-        return alerts(bot, body)
+        return alerts(service, body)
 
     return route
 
@@ -75,7 +75,7 @@ def unauthorized(problem: str, *, invalid: bool) -> Response:
     return json_response(401, {"error": problem}, headers=(("WWW-Authenticate", challenge),))
 
 
-def serve(bot: Service, host: str, port: int, report: Reporter,
+def serve(service: Service, host: str, port: int, report: Reporter,
           stop: threading.Event | None = None, *, routes: Mapping[str, Route] | None = None,
           tasks: Sequence[Task] = (), elector: Elector | None = None,
           alerts: access.AlertsAccess | None = None,
@@ -92,19 +92,19 @@ def serve(bot: Service, host: str, port: int, report: Reporter,
     when it stops being the leader. The others, and the HTTP server, run in every replica.
     """
     if alerts is None:
-        alerts = access.alerts_access(bot.config.server, host)
+        alerts = access.alerts_access(service.config.server, host)
         if alerts.warning:
             _log.warning("%s", alerts.warning)
     stop = stop or threading.Event()
-    everything = [engine_task(bot, report), *tasks]
+    everything = [engine_task(service, report), *tasks]
     leadership = Leadership(
-        elector or make_elector(bot.config, bot.backends.get("kubernetes")),
+        elector or make_elector(service.config, service.backends.get("kubernetes")),
         [task for task in everything if task.leader_only],
-        retry_seconds=bot.config.leader_election.retry_seconds)
+        retry_seconds=service.config.leader_election.retry_seconds)
     try:  # bound and accepting before any task starts; a port in use fails here
-        server = HttpServer(application(bot, routes, alerts_token=alerts.tokens,
+        server = HttpServer(application(service, routes, alerts_token=alerts.tokens,
                                         leadership=leadership.status, mounts=mounts),
-                            host, port, http_settings(bot.config.server))
+                            host, port, http_settings(service.config.server))
         server.start()
     except BaseException:
         leadership.elector.release()
@@ -124,7 +124,7 @@ def serve(bot: Service, host: str, port: int, report: Reporter,
             thread.join(timeout=30)
 
 
-def application(bot: Service, routes: Mapping[str, Route] | None = None, *,
+def application(service: Service, routes: Mapping[str, Route] | None = None, *,
                 alerts_token: str | Sequence[str] | None,
                 leadership: Callable[[], Mapping[str, Any]] | None = None,
                 mounts: Mapping[str, web.Asgi] | None = None) -> web.Asgi:
@@ -143,10 +143,10 @@ def application(bot: Service, routes: Mapping[str, Route] | None = None, *,
     /ui). A POST body must be 1 byte to MAX_BODY (400, 413). ``leadership``: what /healthz
     adds about leader election (Leadership.status).
     """
-    registry, histogram = metrics.registry_for(bot)
-    posts = {"/alerts": alerts_route(bot, alerts_token), **(routes or {})}
-    return web.build(posts, health=lambda: health(bot, leadership), registry=registry,
-                     histogram=histogram, limits=limits(bot.config.server), mounts=mounts)
+    registry, histogram = metrics.registry_for(service)
+    posts = {"/alerts": alerts_route(service, alerts_token), **(routes or {})}
+    return web.build(posts, health=lambda: health(service, leadership), registry=registry,
+                     histogram=histogram, limits=limits(service.config.server), mounts=mounts)
 
 
 def limits(server: ServerConfig) -> web.Limits:

@@ -190,10 +190,10 @@ class Shipper:
             self.say(line)
 
 
-def ship_tasks(bot: Service, say: Callable[[str], None] = log_line) -> list[Task]:
+def ship_tasks(service: Service, say: Callable[[str], None] = log_line) -> list[Task]:
     """One leader-only task per destination in ``audit.ship``; ShippingSetupError when one
     cannot be used as configured (checked before ``runbook serve`` starts anything)."""
-    settings = bot.config.audit.ship
+    settings = service.config.audit.ship
     return [Task(name=f"audit-ship {destination.name}",
-                 run=Shipper(bot.db, destination, settings, say).run, leader_only=True)
+                 run=Shipper(service.db, destination, settings, say).run, leader_only=True)
             for destination in destinations(settings)]

@@ -25,9 +25,9 @@ class Task:
     leader_only: bool = True
 
 
-def engine_task(bot: Service, report: Reporter) -> Task:
+def engine_task(service: Service, report: Reporter) -> Task:
     def run(stop: threading.Event) -> None:
-        engine = Engine(bot, report=report)
+        engine = Engine(service, report=report)
         try:
             engine.run_pending(stop=stop, hand_over=True)
         finally:
@@ -36,15 +36,15 @@ def engine_task(bot: Service, report: Reporter) -> Task:
     return Task("engine", run)
 
 
-def scheduler_task(bot: Service, say: Callable[[str], None] = log_line) -> Task:
+def scheduler_task(service: Service, say: Callable[[str], None] = log_line) -> Task:
     """The leader-only serve task: start the scheduler, tick every poll, stop with the task."""
     def run(stop: threading.Event) -> None:
-        poll = bot.config.scheduling.poll_seconds
+        poll = service.config.scheduling.poll_seconds
         runner: Scheduler | None = None
         try:
             while not stop.is_set():
                 if runner is None:  # (again) after the database refused the start
-                    candidate = Scheduler(bot, say)
+                    candidate = Scheduler(service, say)
                     try:
                         candidate.start()
                         runner = candidate
@@ -62,7 +62,7 @@ def scheduler_task(bot: Service, say: Callable[[str], None] = log_line) -> Task:
     return Task(name="scheduler", run=run, leader_only=True)
 
 
-def checkpoint_task(bot: Service, path: Path | None, say: Callable[[str], None] = log_line,
+def checkpoint_task(service: Service, path: Path | None, say: Callable[[str], None] = log_line,
                     post: Callable[[checkpoints.Checkpoint], None] | None = None) -> Task:
     """The leader records the audit log's head to ``path`` every
     ``audit.checkpoint_seconds`` (bot.store.checkpoints), and once more when it stops;
@@ -72,9 +72,9 @@ def checkpoint_task(bot: Service, path: Path | None, say: Callable[[str], None] 
     def record() -> None:
         try:
             if path is not None:
-                checkpoints.record(bot.db, path)
+                checkpoints.record(service.db, path)
             if post is not None:
-                seq, digest = checkpoints.head(bot.db)
+                seq, digest = checkpoints.head(service.db)
                 if posted[-1:] != [(seq, digest)]:
                     post(checkpoints.Checkpoint(seq, digest, now_iso()))
                     posted[:] = [(seq, digest)]
@@ -83,22 +83,22 @@ def checkpoint_task(bot: Service, path: Path | None, say: Callable[[str], None] 
 
     def run(stop: threading.Event) -> None:
         record()
-        while not stop.wait(bot.config.audit.checkpoint_seconds):
+        while not stop.wait(service.config.audit.checkpoint_seconds):
             record()
         record()  # the head as this leader leaves it
 
     return Task(name="audit-checkpoints", run=run, leader_only=True)
 
 
-def intake_task(bot: Service, say: Callable[[str], None] = log_line) -> Task:
+def intake_task(service: Service, say: Callable[[str], None] = log_line) -> Task:
     """The leader takes in faults the bot did not raise (bot.alerts.intake) every
     ``remediation.intake.every`` seconds (0: never)."""
 
     def run(stop: threading.Event) -> None:
-        every = bot.config.remediation.intake.every
+        every = service.config.remediation.intake.every
         while every > 0 and not stop.wait(every):
             try:
-                touched = intake.scan(bot)
+                touched = intake.scan(service)
             except Exception as exc:  # a system that does not answer: said, tried again
                 say(f"not read this time: {exc}")
                 continue

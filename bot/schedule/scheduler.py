@@ -67,10 +67,10 @@ class Scheduler:
       after handing it to its executor) or by two schedulers at once requests nothing twice.
     """
 
-    def __init__(self, bot: Service, say: Callable[[str], None] = log_line) -> None:
-        self.bot = bot
+    def __init__(self, service: Service, say: Callable[[str], None] = log_line) -> None:
+        self.service = service
         self.say = say
-        self.grace = max(1, round(scheduling.grace_seconds(bot)))  # APScheduler wants an int
+        self.grace = max(1, round(scheduling.grace_seconds(service)))  # APScheduler wants an int
         self._scheduler: Any = None
         self._settled = threading.Condition()
         self._started = 0  # APScheduler's passes over its jobs: begun,
@@ -117,7 +117,7 @@ class Scheduler:
 
         self._scheduler = _Background(
             timezone=UTC,
-            jobstores={"default": _JobStore(engine=self.bot.db, tablename=JOB_TABLE)},
+            jobstores={"default": _JobStore(engine=self.service.db, tablename=JOB_TABLE)},
             executors={"default": ThreadPoolExecutor(4)},
             job_defaults={"coalesce": True, "misfire_grace_time": self.grace,
                           "max_instances": 1},
@@ -128,7 +128,7 @@ class Scheduler:
         with _RUNNERS_LOCK:
             _RUNNERS.append(self)
         self._scheduler.start(paused=True)  # the job store is open; nothing runs yet
-        for problem in scheduling.sync_config(self.bot):
+        for problem in scheduling.sync_config(self.service):
             self.say(problem)
         self.sync()
         self._scheduler.resume()  # processes what is due at once
@@ -144,7 +144,7 @@ class Scheduler:
         """Jobs in step with the tables, windows moved along, APScheduler woken up."""
         try:
             self.sync()
-            for note in windows.advance(self.bot):
+            for note in windows.advance(self.service):
                 self.say(note)
         except Exception as exc:  # the database may be away for a moment: try next tick
             self.say(f"scheduler tick failed ({type(exc).__name__}: {exc}); trying again")
@@ -173,7 +173,7 @@ class Scheduler:
         from apscheduler.triggers.date import DateTrigger
 
         found: dict[str, _Wanted] = {}
-        for schedule in scheduling.listing(self.bot):
+        for schedule in scheduling.listing(self.service):
             if schedule.state not in scheduling.LIVE:
                 continue
             try:
@@ -186,7 +186,7 @@ class Scheduler:
             found[f"schedule:{schedule.id}:{schedule.revision}"] = _Wanted(
                 trigger, self.grace, schedule.state == scheduling.PAUSED, first,
                 f"schedule {schedule.id} {schedule.runbook}")
-        for window in windows.listing(self.bot):
+        for window in windows.listing(self.service):
             if window.state == windows.SCHEDULED:
                 found[f"window:{window.id}:open"] = _Wanted(
                     DateTrigger(run_date=window.start, timezone=UTC), self.grace, False,
@@ -252,11 +252,11 @@ class Scheduler:
         kind, number, *rest = job_id.split(":")
         scheduled = scheduled.astimezone(UTC)
         if kind == "schedule":
-            outcome = scheduling.missed(self.bot, int(number), scheduled)
+            outcome = scheduling.missed(self.service, int(number), scheduled)
             self.say(f"schedule {number}: fire time {scheduling.utc_iso(scheduled)} "
                      f"{outcome.outcome}: {outcome.detail}")
         elif kind == "window" and rest == ["open"]:
-            outcome_text = windows.missed_open(self.bot, int(number), scheduled)
+            outcome_text = windows.missed_open(self.service, int(number), scheduled)
             self.say(f"window {number}: start {outcome_text}")
 
     def run(self, job_id: str) -> None:
@@ -266,7 +266,7 @@ class Scheduler:
         except Exception as exc:  # the database went away, a bug: say it where people look
             self.say(f"{job_id} failed: {type(exc).__name__}: {exc}")
             try:
-                with self.bot.db.begin() as conn:
+                with self.service.db.begin() as conn:
                     audit.append(conn, Kind.SCHEDULER_JOB_FAILED, "scheduler", {
                         "job": job_id, "error": f"{type(exc).__name__}: {exc}"[:2000]})
             except Exception as again:
@@ -275,14 +275,14 @@ class Scheduler:
     def _run(self, job_id: str) -> None:
         kind, number, *rest = job_id.split(":")
         if kind == "schedule":
-            outcome = scheduling.fire(self.bot, int(number))
+            outcome = scheduling.fire(self.service, int(number))
             self.say(f"schedule {number}: {outcome.outcome}"
                      + (f" execution {outcome.execution_id}" if outcome.execution_id else "")
                      + (f" ({outcome.detail})" if outcome.detail else ""))
         elif kind == "window" and rest == ["open"]:
-            self.say(f"window {number}: start: {windows.fire_open(self.bot, int(number))}")
+            self.say(f"window {number}: start: {windows.fire_open(self.service, int(number))}")
         elif kind == "window" and rest == ["close"]:
-            self.say(f"window {number}: end: {windows.fire_close(self.bot, int(number))}")
+            self.say(f"window {number}: end: {windows.fire_close(self.service, int(number))}")
         else:
             self.say(f"unknown scheduler job {job_id}: ignored")
 

@@ -202,8 +202,8 @@ def next_fire(schedule: Schedule, now: datetime | None = None) -> datetime | Non
     return found.astimezone(UTC) if found else None
 
 
-def grace_seconds(bot: Service) -> float:
-    return parse_duration(bot.config.scheduling.misfire_grace)
+def grace_seconds(service: Service) -> float:
+    return parse_duration(service.config.scheduling.misfire_grace)
 
 
 # --- reading ------------------------------------------------------------------------
@@ -215,8 +215,8 @@ def _from_row(row: Any) -> Schedule:
     return Schedule(**data)
 
 
-def get(bot: Service, schedule_id: int) -> Schedule:
-    with bot.db.connect() as conn:
+def get(service: Service, schedule_id: int) -> Schedule:
+    with service.db.connect() as conn:
         return _get(conn, schedule_id)
 
 
@@ -227,23 +227,24 @@ def _get(conn: Connection, schedule_id: int) -> Schedule:
     return _from_row(row)
 
 
-def listing(bot: Service, *, everything: bool = False) -> list[Schedule]:
+def listing(service: Service, *, everything: bool = False) -> list[Schedule]:
     query = select(schedules).order_by(schedules.c.id)
     if not everything:
         query = query.where(schedules.c.state.in_([*LIVE, MISSED]))
-    with bot.db.connect() as conn:
+    with service.db.connect() as conn:
         return [_from_row(row) for row in conn.execute(query)]
 
 
-def approvers_ahead(bot: Service, schedule: Schedule) -> list[str]:
-    with bot.db.connect() as conn:
+def approvers_ahead(service: Service, schedule: Schedule) -> list[str]:
+    with service.db.connect() as conn:
         return ahead.approvers(conn, schedule.subject, schedule.plan_hash)
 
 
 # --- changes ------------------------------------------------------------------------
 
 
-def add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, *, cron: str | None = None,
+def add(service: Service, runbook: str, raw: Mapping[str, str], user: str, *,
+        cron: str | None = None,
         at: str | None = None, tz: str | None = None, approve: str = "when_due",
         source: str = "cli") -> Schedule:
     """Check and store a schedule; Refused (and nothing stored) when anything is wrong.
@@ -256,10 +257,10 @@ def add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, *, cron: 
     least once more. Anything wrong is refused with what to fix.
     """
     try:
-        return _add(bot, runbook, raw, user, cron, at, tz, approve, source)
+        return _add(service, runbook, raw, user, cron, at, tz, approve, source)
     except Refused as exc:
-        shown = secrets.scrub_raw(bot.known(runbook), raw)  # before the write: it may load
-        with bot.db.begin() as conn:
+        shown = secrets.scrub_raw(service.known(runbook), raw)  # before the write: it may load
+        with service.db.begin() as conn:
             audit.append(conn, Kind.SCHEDULE_REFUSED, user, {
                 "runbook": runbook[:64],
                 "params": {k[:41]: str(v)[:200] for k, v in shown.items()},
@@ -268,15 +269,15 @@ def add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, *, cron: 
         raise
 
 
-def _add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, cron: str | None,
+def _add(service: Service, runbook: str, raw: Mapping[str, str], user: str, cron: str | None,
          at: str | None, tz: str | None, approve: str, source: str) -> Schedule:
-    if not bot.config.matches(user, bot.config.requesters, requesting=True):
+    if not service.config.matches(user, service.config.requesters, requesting=True):
         raise Refused(f"{user} may not request runbooks, so may not schedule them either "
-                      f"(requesters: {', '.join(bot.config.requesters)})")
-    at_utc, tz_name, approve = check_timing(bot, cron, at, tz, approve)
+                      f"(requesters: {', '.join(service.config.requesters)})")
+    at_utc, tz_name, approve = check_timing(service, cron, at, tz, approve)
     if runbook in ("open-window", "close-window"):
         raise Refused(f"{runbook} is run by maintenance windows: use `window create`")
-    plan = bot.plan(runbook, raw)
+    plan = service.plan(runbook, raw)
     if plan.sealed:  # its parameters are kept in the schedule's row until it fires
         raise Refused(f"{runbook}: a schedule cannot keep a secret parameter "
                       f"({', '.join(sorted(plan.sealed))}); request the runbook when it is due")
@@ -284,7 +285,7 @@ def _add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, cron: st
     if problem is not None:  # every run it fires would be refused
         raise Refused(problem)
     now = now_iso()
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         schedule_id = _insert(conn, runbook=runbook, params=canonical(dict(raw)),
                               cron=cron, at=at_utc, timezone=tz_name, approve=approve,
                               plan_hash=plan.hash, created_by=user, created_at=now,
@@ -294,7 +295,7 @@ def _add(bot: Service, runbook: str, raw: Mapping[str, str], user: str, cron: st
     return schedule
 
 
-def check_timing(bot: Service, cron: str | None, at: str | None, tz: str | None,
+def check_timing(service: Service, cron: str | None, at: str | None, tz: str | None,
                  approve: str) -> tuple[str | None, str, str]:
     """(at in UTC, time zone name, approve mode), or Refused saying what is wrong."""
     approve = approve.replace("-", "_")
@@ -304,7 +305,7 @@ def check_timing(bot: Service, cron: str | None, at: str | None, tz: str | None,
     if bool(cron) == bool(at):
         raise Refused('give either cron="MIN HOUR DAY MONTH WEEKDAY" (like "0 2 * * SAT") or '
                       'at="YYYY-MM-DD HH:MM"')
-    tz_name = tz or bot.config.scheduling.timezone
+    tz_name = tz or service.config.scheduling.timezone
     tz_info = zone(tz_name)
     now = now_utc()
     if cron:
@@ -336,14 +337,15 @@ def _describe(schedule: Schedule) -> dict[str, Any]:
             "config_name": schedule.config_name}
 
 
-def _may_steer(bot: Service, schedule: Schedule, user: str) -> bool:
+def _may_steer(service: Service, schedule: Schedule, user: str) -> bool:
     """Pause, resume, remove: who added it, or an approver of its runbook (of the site
     when the runbook is gone)."""
     try:
-        approvers = approval_policy(bot.runbook(schedule.runbook).runbook, bot.config).approvers
+        runbook = service.runbook(schedule.runbook).runbook
+        approvers = approval_policy(runbook, service.config).approvers
     except Refused:
-        approvers = list(bot.config.approvers)
-    return may_steer(bot.config, user, schedule.created_by, approvers)
+        approvers = list(service.config.approvers)
+    return may_steer(service.config, user, schedule.created_by, approvers)
 
 
 def _set(conn: Connection, schedule_id: int, **fields: Any) -> None:
@@ -351,13 +353,13 @@ def _set(conn: Connection, schedule_id: int, **fields: Any) -> None:
                  .values(updated_at=now_iso(), **fields))
 
 
-def steer(bot: Service, schedule_id: int, user: str, verb: str) -> Schedule:
+def steer(service: Service, schedule_id: int, user: str, verb: str) -> Schedule:
     """``pause``, ``resume`` or ``remove`` a schedule."""
     goal = {"pause": (ACTIVE, PAUSED), "resume": (PAUSED, ACTIVE),
             "remove": (None, REMOVED)}[verb]
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         schedule = _get(conn, schedule_id)
-        if not _may_steer(bot, schedule, user):
+        if not _may_steer(service, schedule, user):
             raise Refused(f"{user} may not {verb} schedule {schedule.id}: only who added it "
                           f"({schedule.created_by}) or an approver of {schedule.runbook} may")
         if verb == "remove" and schedule.config_name:
@@ -374,24 +376,25 @@ def steer(bot: Service, schedule_id: int, user: str, verb: str) -> Schedule:
         return _get(conn, schedule.id)
 
 
-def approve(bot: Service, schedule_id: int, user: str) -> tuple[Schedule, list[str], str]:
+def approve(service: Service, schedule_id: int, user: str) -> tuple[Schedule, list[str], str]:
     """Approve a schedule ahead, bound to the plan as it is now.
 
     Returns the schedule, its approvers ahead and a note (when the plan changed since it
     was added, the approval is for the new plan and earlier ones no longer count)."""
-    schedule = get(bot, schedule_id)
+    schedule = get(service, schedule_id)
     if schedule.state not in LIVE:
         raise Refused(f"schedule {schedule.id} is {schedule.state}: nothing to approve")
     if schedule.approve != "ahead":
         raise Refused(f"schedule {schedule.id} asks its approvers when it fires "
                       "(added without approve=ahead): there is nothing to approve ahead")
-    plan = bot.plan(schedule.runbook, schedule.params)
+    plan = service.plan(schedule.runbook, schedule.params)
     if plan.approval.required == 0:
         raise Refused(f"{schedule.runbook} needs no approval")
-    problem = approval_problem(bot.config, plan.approval, plan.runbook, user, schedule.created_by,
+    problem = approval_problem(service.config, plan.approval, plan.runbook, user,
+                               schedule.created_by,
                                    asked="added the schedule")
     note = ""
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         if problem is not None:
             audit.append(conn, Kind.APPROVAL_REFUSED, user, {"reason": problem,
                                                              "subject": schedule.subject})
@@ -416,32 +419,32 @@ def approve(bot: Service, schedule_id: int, user: str) -> tuple[Schedule, list[s
 # --- the configuration's schedules ------------------------------------------------------
 
 
-def sync_config(bot: Service) -> list[str]:
+def sync_config(service: Service) -> list[str]:
     """Bring the configuration's ``schedules:`` into the table (by name); returns problems.
 
     A changed entry gets a new revision (the scheduler replaces its job); an entry gone
     from the configuration is removed. A wrong entry is reported and left out."""
     problems: list[str] = []
     wanted: dict[str, ScheduleConfig] = {}
-    for entry in bot.config.schedules:
+    for entry in service.config.schedules:
         if entry.name in wanted:
             problems.append(f"schedules: {entry.name} is declared twice")
             continue
         wanted[entry.name] = entry
-    with bot.db.connect() as conn:
+    with service.db.connect() as conn:
         rows = {row.config_name: _from_row(row) for row in conn.execute(
             select(schedules).where(schedules.c.config_name.is_not(None)))}
     for name, entry in wanted.items():
         try:
-            _sync_entry(bot, entry, rows.get(name))
+            _sync_entry(service, entry, rows.get(name))
         except Refused as exc:
             problems.append(f"schedules: {name}: {exc}")
-            with bot.db.begin() as conn:
+            with service.db.begin() as conn:
                 audit.append(conn, Kind.SCHEDULE_REFUSED, "config", {
                     "config_name": name, "runbook": entry.runbook, "reason": str(exc)[:2000]})
     for name, schedule in rows.items():
         if name not in wanted and schedule.state in LIVE:
-            with bot.db.begin() as conn:
+            with service.db.begin() as conn:
                 _set(conn, schedule.id, state=REMOVED)
                 audit.append(conn, Kind.SCHEDULE_REMOVED, "config", {
                     "schedule": schedule.id, "config_name": name,
@@ -449,9 +452,9 @@ def sync_config(bot: Service) -> list[str]:
     return problems
 
 
-def _sync_entry(bot: Service, entry: ScheduleConfig, existing: Schedule | None) -> None:
+def _sync_entry(service: Service, entry: ScheduleConfig, existing: Schedule | None) -> None:
     raw = {k: _text(v) for k, v in entry.params.items()}
-    tz_name = entry.tz or bot.config.scheduling.timezone
+    tz_name = entry.tz or service.config.scheduling.timezone
     approve_mode: str = entry.approve
     if existing is not None and existing.state not in (REMOVED,) and (
             existing.runbook, existing.params, existing.cron, existing.timezone,
@@ -459,14 +462,14 @@ def _sync_entry(bot: Service, entry: ScheduleConfig, existing: Schedule | None) 
             entry.runbook, raw, entry.cron, tz_name, approve_mode, entry.requested_by) and (
             entry.at is None or existing.at == utc_iso(parse_at(entry.at, zone(tz_name)))):
         return
-    at_utc, tz_name, approve_mode = check_timing(bot, entry.cron, entry.at, tz_name,
+    at_utc, tz_name, approve_mode = check_timing(service, entry.cron, entry.at, tz_name,
                                                  approve_mode)
-    plan = bot.plan(entry.runbook, raw)
+    plan = service.plan(entry.runbook, raw)
     now = now_iso()
     values = {"runbook": entry.runbook, "params": canonical(raw), "cron": entry.cron,
               "at": at_utc, "timezone": tz_name, "approve": approve_mode,
               "plan_hash": plan.hash, "created_by": entry.requested_by, "updated_at": now}
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         if existing is None:
             schedule_id = _insert(conn, created_at=now, source="config",
                                   config_name=entry.name, **values)
@@ -519,7 +522,7 @@ def _due(schedule: Schedule, now: datetime) -> tuple[datetime | None, list[datet
     return times[-1], times[:-1]
 
 
-def fire(bot: Service, schedule_id: int, now: datetime | None = None) -> FireOutcome:
+def fire(service: Service, schedule_id: int, now: datetime | None = None) -> FireOutcome:
     """Request the schedule's run for its latest fire time; at most once per fire time.
 
     The run is an ordinary request (``Service.request``) whose requester is the person who
@@ -535,7 +538,7 @@ def fire(bot: Service, schedule_id: int, now: datetime | None = None) -> FireOut
     """
     moment = now or now_utc()
     try:
-        schedule = get(bot, schedule_id)
+        schedule = get(service, schedule_id)
     except Refused:
         return FireOutcome("skipped", detail=f"schedule {schedule_id} no longer exists")
     if schedule.state != ACTIVE:
@@ -544,12 +547,12 @@ def fire(bot: Service, schedule_id: int, now: datetime | None = None) -> FireOut
     if due is None:
         return FireOutcome("duplicate", detail="no fire time left to deal with")
     key = utc_iso(due)
-    with bot.db.connect() as conn:
+    with service.db.connect() as conn:
         if run_exists(conn, schedule.subject, key):
             return FireOutcome("duplicate", detail=f"{key} was already dealt with")
         names = ahead.approvers(conn, schedule.subject, schedule.plan_hash)
     if coalesced:
-        _report_coalesced(bot, schedule, coalesced, due)
+        _report_coalesced(service, schedule, coalesced, due)
     preapproved = (Preapproval(schedule.plan_hash, tuple(names), f"schedule {schedule.id}")
                    if schedule.approve == "ahead" else None)
     ended = {"state": DONE} if schedule.at else {}  # a one-time schedule has had its time
@@ -565,13 +568,13 @@ def fire(bot: Service, schedule_id: int, now: datetime | None = None) -> FireOut
             "approvers_ahead": names}, execution_id)
 
     try:
-        execution_id = bot.request(schedule.runbook, schedule.params, schedule.created_by,
+        execution_id = service.request(schedule.runbook, schedule.params, schedule.created_by,
                                    source="schedule", configured=schedule.source == "config",
                                    preapproved=preapproved, also=also)
     except IntegrityError:
         return FireOutcome("duplicate", detail=f"{key} was dealt with at the same time")
     except Refused as exc:
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             if run_exists(conn, schedule.subject, key):
                 return FireOutcome("duplicate", detail=f"{key} was already dealt with")
             record_run(conn, schedule.subject, key, "refused", None, str(exc)[:2000])
@@ -581,25 +584,25 @@ def fire(bot: Service, schedule_id: int, now: datetime | None = None) -> FireOut
     return FireOutcome("requested", execution_id)
 
 
-def missed(bot: Service, schedule_id: int, scheduled_for: datetime,
+def missed(service: Service, schedule_id: int, scheduled_for: datetime,
            now: datetime | None = None) -> FireOutcome:
     """A fire time later than the misfire grace: report it (never run it late)."""
     moment = now or now_utc()
     try:
-        schedule = get(bot, schedule_id)
+        schedule = get(service, schedule_id)
     except Refused:
         return FireOutcome("skipped")
     key = utc_iso(scheduled_for)
     late = (moment - scheduled_for).total_seconds()
     _, coalesced = _due(schedule, scheduled_for)
     if coalesced:
-        _report_coalesced(bot, schedule, coalesced, scheduled_for)
-    with bot.db.begin() as conn:
+        _report_coalesced(service, schedule, coalesced, scheduled_for)
+    with service.db.begin() as conn:
         if run_exists(conn, schedule.subject, key):
             return FireOutcome("duplicate")
         why = (f"the bot was not running (or not the leader) at {key} and came back "
                f"{round(late)}s later, past the misfire grace of "
-               f"{round(grace_seconds(bot))}s: not run late")
+               f"{round(grace_seconds(service))}s: not run late")
         record_run(conn, schedule.subject, key, "missed", None, why)
         fresh = _get(conn, schedule.id)
         _set(conn, schedule.id, last_handled=key, missed=fresh.missed + 1,
@@ -608,15 +611,15 @@ def missed(bot: Service, schedule_id: int, scheduled_for: datetime,
         audit.append(conn, Kind.SCHEDULE_MISSED, "scheduler", {
             "schedule": schedule.id, "runbook": schedule.runbook, "scheduled_for": [key],
             "count": 1, "late_by_seconds": round(late, 3),
-            "grace_seconds": grace_seconds(bot), "why": why})
+            "grace_seconds": grace_seconds(service), "why": why})
     return FireOutcome("missed", detail=why)
 
 
-def _report_coalesced(bot: Service, schedule: Schedule, times: Sequence[datetime],
+def _report_coalesced(service: Service, schedule: Schedule, times: Sequence[datetime],
                       instead: datetime) -> None:
     """Earlier fire times that one later run stands for (coalescing): reported, not run."""
     keys = [utc_iso(t) for t in times]
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         fresh = _get(conn, schedule.id)
         _set(conn, schedule.id, missed=fresh.missed + len(keys))
         audit.append(conn, Kind.SCHEDULE_MISSED, "scheduler", {

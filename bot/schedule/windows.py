@@ -135,8 +135,8 @@ def _from_row(row: Any) -> Window:
     return Window(**data)
 
 
-def get(bot: Service, window_id: int) -> Window:
-    with bot.db.connect() as conn:
+def get(service: Service, window_id: int) -> Window:
+    with service.db.connect() as conn:
         return _get(conn, window_id)
 
 
@@ -148,11 +148,11 @@ def _get(conn: Connection, window_id: int) -> Window:
     return _from_row(row)
 
 
-def listing(bot: Service, *, everything: bool = False) -> list[Window]:
+def listing(service: Service, *, everything: bool = False) -> list[Window]:
     query = select(maintenance_windows).where(maintenance_windows.c.state != CREATING)
     if not everything:
         query = query.where(maintenance_windows.c.state.not_in(ENDED))
-    with bot.db.connect() as conn:
+    with service.db.connect() as conn:
         return [_from_row(row) for row in conn.execute(query.order_by(maintenance_windows.c.id))]
 
 
@@ -169,10 +169,10 @@ def _set(conn: Connection, window_id: int, **fields: Any) -> None:
 # --- parameters of open-window / close-window ---------------------------------------------
 
 
-def system_nodes(bot: Service, names: frozenset[str]) -> dict[str, str]:
+def system_nodes(service: Service, names: frozenset[str]) -> dict[str, str]:
     """The window's nodes as each system calls them, for the configured systems only."""
-    inv = bot.inventory
-    known = set(bot.catalogue.names())
+    inv = service.inventory
+    known = set(service.catalogue.names())
     ordered = sorted(names)
     slurm = [inv.names.get("slurm", {}).get(n, n) for n in ordered if n in inv.slurm] \
         if "slurm.reservation_create" in known else []
@@ -184,28 +184,28 @@ def system_nodes(bot: Service, names: frozenset[str]) -> dict[str, str]:
             "k8s_nodes": ",".join(k8s), "alert_nodes": ",".join(alerts)}
 
 
-def open_params(bot: Service, window_id: int, nodes: str, seconds: float,
+def open_params(service: Service, window_id: int, nodes: str, seconds: float,
                 reason: str) -> dict[str, str]:
     return {"window": str(window_id), "nodes": nodes, "duration": format_duration(seconds),
-            "reason": reason, **system_nodes(bot, frozenset(hostlist.expand(nodes)))}
+            "reason": reason, **system_nodes(service, frozenset(hostlist.expand(nodes)))}
 
 
-def close_params(bot: Service, window: Window, report: str) -> dict[str, str]:
+def close_params(service: Service, window: Window, report: str) -> dict[str, str]:
     """close-window's parameters. A node a GPU alert was about while the window was open is
     kept out: drained in Slurm, left cordoned in Kubernetes, named in the report."""
-    faulty = faulted(bot, window)
-    held = system_nodes(bot, faulty)
+    faulty = faulted(service, window)
+    held = system_nodes(service, faulty)
     return {"window": str(window.id), "nodes": window.nodes, "report": report,
-            **system_nodes(bot, window.names),
-            "k8s_nodes": system_nodes(bot, window.names - faulty)["k8s_nodes"],
+            **system_nodes(service, window.names),
+            "k8s_nodes": system_nodes(service, window.names - faulty)["k8s_nodes"],
             "faulty": hostlist.compress(sorted(faulty)) if faulty else "",
             "faulty_slurm": held["slurm_nodes"]}
 
 
-def faulted(bot: Service, window: Window) -> frozenset[str]:
+def faulted(service: Service, window: Window) -> frozenset[str]:
     """The window's nodes that a GPU alert (Gpu*, the shipped rules) was proposed about
     since the window opened, whatever became of the proposal."""
-    with bot.db.connect() as conn:
+    with service.db.connect() as conn:
         opened = conn.execute(select(executions.c.requested_at).where(
             executions.c.id == (window.open_execution_id or 0))).scalar()
         since = opened or window.start.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -239,7 +239,7 @@ def parse_runbooks(text: str) -> list[tuple[str, dict[str, str]]]:
     return found
 
 
-def create(bot: Service, nodes: str, user: str, *, start: str, duration: str,
+def create(service: Service, nodes: str, user: str, *, start: str, duration: str,
            runbooks: str = "", reason: str = "maintenance window",
            tz: str | None = None) -> Window:
     """Check, plan and store a window; Refused (nothing stored) when anything is wrong.
@@ -248,27 +248,27 @@ def create(bot: Service, nodes: str, user: str, *, start: str, duration: str,
                       [runbooks="drain-node node=gpu04 reason=fw; resume-node node=gpu04"]
     """
     try:
-        return _create(bot, nodes, user, start, duration, runbooks, reason, tz)
+        return _create(service, nodes, user, start, duration, runbooks, reason, tz)
     except Refused as exc:
-        shown = _shown(bot, runbooks)  # before the write: it may load the runbooks
-        with bot.db.begin() as conn:
+        shown = _shown(service, runbooks)  # before the write: it may load the runbooks
+        with service.db.begin() as conn:
             audit.append(conn, Kind.WINDOW_REFUSED, user, {
                 "nodes": nodes[:200], "start": start[:40], "duration": duration[:40],
                 "runbooks": shown[:2000], "reason": str(exc)[:2000]})
         raise
 
 
-def _create(bot: Service, nodes_text: str, user: str, start: str, duration: str,
+def _create(service: Service, nodes_text: str, user: str, start: str, duration: str,
             runbooks_text: str, reason: str, tz: str | None) -> Window:
-    if not bot.config.matches(user, bot.config.requesters, requesting=True):
+    if not service.config.matches(user, service.config.requesters, requesting=True):
         raise Refused(f"{user} may not request runbooks, so may not create windows either "
-                      f"(requesters: {', '.join(bot.config.requesters)})")
-    names = _known_nodes(bot, nodes_text)
+                      f"(requesters: {', '.join(service.config.requesters)})")
+    names = _known_nodes(service, nodes_text)
     nodes = hostlist.compress(names)
-    starts, seconds = _when(bot, start, duration, tz)
-    inside = _plans_inside(bot, runbooks_text, frozenset(names), nodes)
+    starts, seconds = _when(service, start, duration, tz)
+    inside = _plans_inside(service, runbooks_text, frozenset(names), nodes)
     created = now_iso()
-    with bot.db.begin() as conn:  # an ID first: the window's plans name it
+    with service.db.begin() as conn:  # an ID first: the window's plans name it
         result = conn.execute(maintenance_windows.insert().values(
             nodes=nodes, starts_at=utc_iso(starts), duration_seconds=seconds, reason=reason,
             runbooks=canonical([{"runbook": r["runbook"], "params": r["params"]}
@@ -279,18 +279,18 @@ def _create(bot: Service, nodes_text: str, user: str, start: str, duration: str,
         assert key is not None
         window_id = int(key[0])
     try:
-        params = open_params(bot, window_id, nodes, seconds, reason)
-        opening = bot.plan(OPEN_RUNBOOK, params)
+        params = open_params(service, window_id, nodes, seconds, reason)
+        opening = service.plan(OPEN_RUNBOOK, params)
         _approvable(opening.approval, OPEN_RUNBOOK)
     except Refused:
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             conn.execute(maintenance_windows.delete().where(maintenance_windows.c.id == window_id))
         raise
     plans = [{"runbook": OPEN_RUNBOOK, "params": params, "plan_hash": opening.hash,
               "required": opening.approval.required}, *inside]
     runs = [{"runbook": r["runbook"], "params": r["params"], "plan_hash": r["plan_hash"],
              "execution_id": None, "state": "pending"} for r in inside]
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         _set(conn, window_id, plans=plans, digest=plans_digest(plans), runs=runs,
              state=SCHEDULED)
         window = _get(conn, window_id)
@@ -301,8 +301,8 @@ def _create(bot: Service, nodes_text: str, user: str, start: str, duration: str,
     return window
 
 
-def _known_nodes(bot: Service, nodes_text: str) -> list[str]:
-    held = len(bot.inventory.nodes)
+def _known_nodes(service: Service, nodes_text: str) -> list[str]:
+    held = len(service.inventory.nodes)
     try:
         names = hostlist.expand(nodes_text, limit=max(held, 1))
     except hostlist.TooMany as exc:
@@ -311,15 +311,15 @@ def _known_nodes(bot: Service, nodes_text: str) -> list[str]:
         raise Refused(f'nodes "{nodes_text[:80]}" names {exc.count:,} nodes; {limit}') from None
     except ValueError as exc:
         raise Refused(f'nodes "{nodes_text[:80]}": {exc}') from None
-    unknown = sorted(set(names) - bot.inventory.nodes)
+    unknown = sorted(set(names) - service.inventory.nodes)
     if not names or unknown:
         raise Refused(f"nodes: {', '.join(unknown[:10]) or 'none given'}: not known node(s)")
     return names
 
 
-def _when(bot: Service, start: str, duration: str, tz: str | None) -> tuple[datetime, float]:
+def _when(service: Service, start: str, duration: str, tz: str | None) -> tuple[datetime, float]:
     """The window's start (UTC) and length; Refused for the past or a length out of range."""
-    tz_name = tz or bot.config.scheduling.timezone
+    tz_name = tz or service.config.scheduling.timezone
     now = now_utc()
     starts = (now if start.strip().lower() in ("now", "")
               else parse_at(start, zone(tz_name), "start"))
@@ -341,29 +341,29 @@ def _approvable(policy: ApprovalPolicy, runbook: str) -> None:
         raise Refused(f"runbooks: {problem}" if runbook != OPEN_RUNBOOK else problem)
 
 
-def _shown(bot: Service, runbooks_text: str) -> str:
+def _shown(service: Service, runbooks_text: str) -> str:
     """A refused window's runbooks as the audit log keeps them: secret values left out."""
     try:
         found = parse_runbooks(runbooks_text)
     except Refused:
         return runbooks_text
     return "; ".join(" ".join([name, *(f"{k}={v}" for k, v in secrets.scrub_raw(
-        bot.known(name), params).items())]) for name, params in found)
+        service.known(name), params).items())]) for name, params in found)
 
 
-def _plans_inside(bot: Service, runbooks_text: str, window_nodes: frozenset[str],
+def _plans_inside(service: Service, runbooks_text: str, window_nodes: frozenset[str],
                   nodes: str) -> list[dict[str, Any]]:
     """Plan each runbook to run inside the window; each must stay on the window's nodes."""
     inside = []
     for name, params in parse_runbooks(runbooks_text):
         if name in (OPEN_RUNBOOK, CLOSE_RUNBOOK):
             raise Refused(f"runbooks: {name} is what the window itself runs")
-        plan = bot.plan(name, params, window=window_nodes)
+        plan = service.plan(name, params, window=window_nodes)
         if plan.sealed:  # the window keeps its runbooks' parameters until it opens
             raise Refused(f"runbooks: {name}: a window cannot keep a secret parameter "
                           f"({', '.join(sorted(plan.sealed))}); request it inside the window")
         _approvable(plan.approval, name)
-        outside = runbook_nodes(bot.runbook(name), plan.params) - window_nodes
+        outside = runbook_nodes(service.runbook(name), plan.params) - window_nodes
         if outside:
             raise Refused(f"runbooks: {name} acts on {hostlist.compress(sorted(outside))}, "
                           f"outside the window's nodes {nodes}")
@@ -375,35 +375,35 @@ def _plans_inside(bot: Service, runbooks_text: str, window_nodes: frozenset[str]
 # --- approving, cancelling, opening now ----------------------------------------------------
 
 
-def _current_plans(bot: Service, window: Window) -> list[dict[str, Any]]:
-    opening = bot.plan(OPEN_RUNBOOK, open_params(bot, window.id, window.nodes,
+def _current_plans(service: Service, window: Window) -> list[dict[str, Any]]:
+    opening = service.plan(OPEN_RUNBOOK, open_params(service, window.id, window.nodes,
                                                  window.duration_seconds, window.reason))
     plans = [{"runbook": OPEN_RUNBOOK, "params": window.plans[0]["params"],
               "plan_hash": opening.hash, "required": opening.approval.required}]
     for item in window.runbooks:
-        plan = bot.plan(item["runbook"], item["params"], window=window.names)
+        plan = service.plan(item["runbook"], item["params"], window=window.names)
         plans.append({"runbook": item["runbook"], "params": item["params"],
                       "plan_hash": plan.hash, "required": plan.approval.required})
     return plans
 
 
-def approve(bot: Service, window_id: int, user: str) -> tuple[Window, list[str], str]:
+def approve(service: Service, window_id: int, user: str) -> tuple[Window, list[str], str]:
     """Approve everything the window will run, ahead: bound to the digest of its plans.
     A window that opened meanwhile (start=now) has its open execution approved too: the
     approval ahead came too late for that request to count it."""
-    window, names, note = _approve_ahead(bot, window_id, user)
-    caught = _catch_up(bot, get(bot, window.id), user)
+    window, names, note = _approve_ahead(service, window_id, user)
+    caught = _catch_up(service, get(service, window.id), user)
     return window, names, "; ".join(part for part in (note, caught) if part)
 
 
-def _catch_up(bot: Service, window: Window, user: str) -> str:
+def _catch_up(service: Service, window: Window, user: str) -> str:
     if window.state == SCHEDULED or window.open_execution_id is None:
         return ""
-    opening = bot.get(window.open_execution_id)
+    opening = service.get(window.open_execution_id)
     if opening.state != State.AWAITING_APPROVAL:
         return ""
     try:
-        bot.approve(opening.id, user)
+        service.approve(opening.id, user)
     except Refused as exc:
         return (f"window {window.id} opened meanwhile and its {OPEN_RUNBOOK} execution "
                 f"{opening.id} could not take this approval: {exc}")
@@ -411,25 +411,25 @@ def _catch_up(bot: Service, window: Window, user: str) -> str:
             f"{opening.id} as well")
 
 
-def _approve_ahead(bot: Service, window_id: int, user: str) -> tuple[Window, list[str], str]:
-    window = get(bot, window_id)
+def _approve_ahead(service: Service, window_id: int, user: str) -> tuple[Window, list[str], str]:
+    window = get(service, window_id)
     if window.state != SCHEDULED:
         raise Refused(f"window {window.id} is {window.state}: approvals ahead are collected "
                       "before it opens")
-    plans = _current_plans(bot, window)
+    plans = _current_plans(service, window)
     problems = []
     for item in plans:
         if item["required"] == 0:
             continue
-        policy = approval_policy(bot.runbook(item["runbook"]).runbook, bot.config)
-        problem = approval_problem(bot.config, policy, item["runbook"], user, window.created_by,
+        policy = approval_policy(service.runbook(item["runbook"]).runbook, service.config)
+        problem = approval_problem(service.config, policy, item["runbook"], user, window.created_by,
                                        asked="created the window")
         if problem is not None:
             problems.append(problem)
     if not any(item["required"] for item in plans):
         raise Refused(f"nothing in window {window.id} needs an approval")
     note = ""
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         if problems:
             audit.append(conn, Kind.APPROVAL_REFUSED, user, {"reason": "; ".join(problems),
                                                              "subject": window.subject})
@@ -453,70 +453,70 @@ def _approve_ahead(bot: Service, window_id: int, user: str) -> tuple[Window, lis
     raise Refused("; ".join(problems))
 
 
-def approvers_ahead(bot: Service, window: Window) -> list[str]:
-    with bot.db.connect() as conn:
+def approvers_ahead(service: Service, window: Window) -> list[str]:
+    with service.db.connect() as conn:
         return ahead.approvers(conn, window.subject, window.digest)
 
 
-def _may_steer(bot: Service, window: Window, user: str) -> bool:
-    policy = approval_policy(bot.runbook(OPEN_RUNBOOK).runbook, bot.config)
-    return may_steer(bot.config, user, window.created_by, policy.approvers)
+def _may_steer(service: Service, window: Window, user: str) -> bool:
+    policy = approval_policy(service.runbook(OPEN_RUNBOOK).runbook, service.config)
+    return may_steer(service.config, user, window.created_by, policy.approvers)
 
 
-def open_now(bot: Service, window_id: int, user: str) -> Window:
+def open_now(service: Service, window_id: int, user: str) -> Window:
     """Open a scheduled window now, ahead of its start (same path as at its start)."""
-    window = get(bot, window_id)
-    if not _may_steer(bot, window, user):
+    window = get(service, window_id)
+    if not _may_steer(service, window, user):
         raise Refused(f"{user} may not open window {window.id}: only who created it "
                       f"({window.created_by}) or an approver of {OPEN_RUNBOOK} may")
     if window.state != SCHEDULED:
         raise Refused(f"window {window.id} is {window.state}: only a scheduled window opens")
-    _open(bot, window, actor=user)
-    return get(bot, window.id)
+    _open(service, window, actor=user)
+    return get(service, window.id)
 
 
-def cancel(bot: Service, window_id: int, user: str) -> Window:
+def cancel(service: Service, window_id: int, user: str) -> Window:
     """A scheduled window is dropped; an open (or opening) one closes now."""
-    window = get(bot, window_id)
-    if not _may_steer(bot, window, user):
+    window = get(service, window_id)
+    if not _may_steer(service, window, user):
         raise Refused(f"{user} may not cancel window {window.id}: only who created it "
                       f"({window.created_by}) or an approver of {OPEN_RUNBOOK} may")
     if window.state in ENDED or window.state == CLOSING:
         raise Refused(f"window {window.id} is already {window.state}")
     if window.state == SCHEDULED:
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             _set(conn, window.id, state=CANCELLED, report=f"cancelled by {user} before it opened")
             audit.append(conn, Kind.WINDOW_CANCELLED, user, {"window": window.id,
                                                              "state": window.state})
-        return get(bot, window.id)
-    with bot.db.begin() as conn:
+        return get(service, window.id)
+    with service.db.begin() as conn:
         audit.append(conn, Kind.WINDOW_CANCELLED, user, {"window": window.id,
                                                          "state": window.state})
-    _begin_close(bot, window, actor=user, why=f"cancelled by {user}")
-    return get(bot, window.id)
+    _begin_close(service, window, actor=user, why=f"cancelled by {user}")
+    return get(service, window.id)
 
 
 # --- the scheduler's side ----------------------------------------------------------------
 
 
-def fire_open(bot: Service, window_id: int) -> str:
+def fire_open(service: Service, window_id: int) -> str:
     """The window's start has come (the leader's scheduler)."""
     try:
-        window = get(bot, window_id)
+        window = get(service, window_id)
     except Refused:
         return "skipped"
     if window.state != SCHEDULED:
         return f"skipped: window {window.id} is {window.state}"
-    return _open(bot, window, actor="scheduler")
+    return _open(service, window, actor="scheduler")
 
 
-def _open(bot: Service, window: Window, actor: str) -> str:
+def _open(service: Service, window: Window, actor: str) -> str:
     subject, key = f"{window.subject}:open", window.starts_at
-    with bot.db.connect() as conn:
+    with service.db.connect() as conn:
         if run_exists(conn, subject, key):
             return "duplicate"
         names = ahead.approvers(conn, window.subject, window.digest)
-    params = open_params(bot, window.id, window.nodes, window.duration_seconds, window.reason)
+    params = open_params(service, window.id, window.nodes, window.duration_seconds, window.reason)
     preapproved = Preapproval(window.plans[0]["plan_hash"], tuple(names), f"window {window.id}")
 
     def also(conn: Connection, execution_id: int) -> None:
@@ -528,10 +528,10 @@ def _open(bot: Service, window: Window, actor: str) -> str:
             execution_id)
 
     try:
-        bot.request(OPEN_RUNBOOK, params, window.created_by, source="window",
+        service.request(OPEN_RUNBOOK, params, window.created_by, source="window",
                     preapproved=preapproved, also=also)
     except Refused as exc:
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             if run_exists(conn, subject, key):
                 return "duplicate"
             record_run(conn, subject, key, "refused", None, str(exc)[:2000])
@@ -543,12 +543,12 @@ def _open(bot: Service, window: Window, actor: str) -> str:
     return "opening"
 
 
-def missed_open(bot: Service, window_id: int, scheduled_for: datetime,
+def missed_open(service: Service, window_id: int, scheduled_for: datetime,
                 now: datetime | None = None) -> str:
     """The start passed while no leader ran, beyond the misfire grace: not opened late."""
     moment = now or now_utc()
     subject, key = f"window:{window_id}:open", utc_iso(scheduled_for)
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         try:
             window = _get(conn, window_id)
         except Refused:
@@ -565,70 +565,70 @@ def missed_open(bot: Service, window_id: int, scheduled_for: datetime,
     return "missed"
 
 
-def fire_close(bot: Service, window_id: int) -> str:
+def fire_close(service: Service, window_id: int) -> str:
     """The window's end has come: close it (however late)."""
     try:
-        window = get(bot, window_id)
+        window = get(service, window_id)
     except Refused:
         return "skipped"
     subject, key = f"{window.subject}:close", utc_iso(window.end)
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         if run_exists(conn, subject, key):
             return "duplicate"
         record_run(conn, subject, key, "requested", None)
-    window = _advance_one(bot, window)[0]
+    window = _advance_one(service, window)[0]
     if window.state in ENDED or window.state == CLOSING:
         return f"window {window.id} is {window.state}"
     if window.state == SCHEDULED:
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             why = "its end came and it had not opened (its start was missed)"
             _set(conn, window.id, state=MISSED, report=why)
             audit.append(conn, Kind.WINDOW_MISSED, "scheduler", {"window": window.id, "why": why})
         return "missed"
-    _begin_close(bot, window, actor="scheduler", why="its end has come")
+    _begin_close(service, window, actor="scheduler", why="its end has come")
     return "closing"
 
 
-def _begin_close(bot: Service, window: Window, actor: str, why: str) -> None:
+def _begin_close(service: Service, window: Window, actor: str, why: str) -> None:
     if window.state == OPENING and window.open_execution_id is not None:
-        ex = bot.get(window.open_execution_id)
+        ex = service.get(window.open_execution_id)
         if ex.state in NOT_STARTED:
-            bot.cancel(ex.id, window.created_by)
-            with bot.db.begin() as conn:
+            service.cancel(ex.id, window.created_by)
+            with service.db.begin() as conn:
                 _set(conn, window.id, state=MISSED if actor == "scheduler" else CANCELLED,
                      report=_clean(f"never opened ({why} while {OPEN_RUNBOOK} execution "
                                    f"{ex.id} was {ex.state}; it was cancelled)"))
                 audit.append(conn, Kind.WINDOW_CLOSING, actor, {"window": window.id, "why": why,
                                                                 "opened": False})
             return
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         _set(conn, window.id, state=CLOSING)
         audit.append(conn, Kind.WINDOW_CLOSING, actor, {"window": window.id, "why": why})
-    advance(bot, window.id)
+    advance(service, window.id)
 
 
-def advance(bot: Service, window_id: int | None = None) -> list[str]:
+def advance(service: Service, window_id: int | None = None) -> list[str]:
     """Move windows that are opening, open or closing along; returns what happened."""
     if window_id is not None:
-        found = [get(bot, window_id)]
+        found = [get(service, window_id)]
     else:
-        with bot.db.connect() as conn:
+        with service.db.connect() as conn:
             found = [_from_row(row) for row in conn.execute(
                 select(maintenance_windows).where(
                     maintenance_windows.c.state.in_([OPENING, OPEN, CLOSING]))
                 .order_by(maintenance_windows.c.id))]
     notes: list[str] = []
     for window in found:
-        notes += _advance_one(bot, window)[1]
+        notes += _advance_one(service, window)[1]
     return notes
 
 
-def _advance_one(bot: Service, window: Window) -> tuple[Window, list[str]]:
+def _advance_one(service: Service, window: Window) -> tuple[Window, list[str]]:
     notes: list[str] = []
     if window.state == OPENING and window.open_execution_id is not None:
-        ex = bot.get(window.open_execution_id)
+        ex = service.get(window.open_execution_id)
         if ex.terminal:
-            with bot.db.begin() as conn:
+            with service.db.begin() as conn:
                 if ex.state == State.SUCCEEDED:
                     _set(conn, window.id, state=OPEN)
                     audit.append(conn, Kind.WINDOW_OPENED, "bot", {
@@ -642,24 +642,24 @@ def _advance_one(bot: Service, window: Window) -> tuple[Window, list[str]]:
                     audit.append(conn, Kind.WINDOW_FAILED, "bot", {"window": window.id,
                                                                    "report": report}, ex.id)
                     notes.append(f"window {window.id}: {report}")
-            window = get(bot, window.id)
+            window = get(service, window.id)
     if window.state == OPEN:
-        notes += _run_inside(bot, window)
-        window = get(bot, window.id)
+        notes += _run_inside(service, window)
+        window = get(service, window.id)
     if window.state == CLOSING:
-        notes += _close_step(bot, window)
-        window = get(bot, window.id)
+        notes += _close_step(service, window)
+        window = get(service, window.id)
     return window, notes
 
 
-def _run_inside(bot: Service, window: Window) -> list[str]:
+def _run_inside(service: Service, window: Window) -> list[str]:
     """Request the next runbook inside once the one before it ended well."""
     runs = [dict(run) for run in window.runs]
     notes: list[str] = []
     changed = False
     for index, run in enumerate(runs):
         if run["execution_id"] is not None:
-            ex = bot.get(run["execution_id"])
+            ex = service.get(run["execution_id"])
             if run["state"] != ex.state:
                 run["state"], changed = ex.state, True
             if not ex.terminal:
@@ -673,10 +673,10 @@ def _run_inside(bot: Service, window: Window) -> list[str]:
             continue
         if run["state"] != "pending":
             continue
-        with bot.db.connect() as conn:
+        with service.db.connect() as conn:
             names = ahead.approvers(conn, window.subject, window.digest)
         try:
-            execution_id = bot.request(
+            execution_id = service.request(
                 run["runbook"], run["params"], window.created_by, source="window",
                 preapproved=Preapproval(run["plan_hash"], tuple(names), f"window {window.id}"),
                 window_id=window.id)
@@ -685,27 +685,27 @@ def _run_inside(bot: Service, window: Window) -> list[str]:
             changed = True
             notes.append(f"window {window.id}: {run['runbook']} refused: {exc}")
             continue
-        run["execution_id"], run["state"] = execution_id, bot.get(execution_id).state
+        run["execution_id"], run["state"] = execution_id, service.get(execution_id).state
         changed = True
         notes.append(f"window {window.id}: requested {run['runbook']} (execution "
                      f"{execution_id}, {run['state']})")
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             audit.append(conn, Kind.WINDOW_RUN_REQUESTED, "bot", {
                 "window": window.id, "runbook": run["runbook"], "approvers_ahead": names},
                 execution_id)
         break
     if changed:
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             _set(conn, window.id, runs=runs)
     return notes
 
 
-def _close_step(bot: Service, window: Window) -> list[str]:
+def _close_step(service: Service, window: Window) -> list[str]:
     if window.close_execution_id is not None:
-        ex = bot.get(window.close_execution_id)
+        ex = service.get(window.close_execution_id)
         if not ex.terminal:
             return []
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             note = "" if ex.state == State.SUCCEEDED else (
                 f" CLOSING FAILED ({CLOSE_RUNBOOK} execution {ex.id} {ex.state}: "
                 f"{ex.error}): check the reservation, cordons and silence by hand")
@@ -716,7 +716,7 @@ def _close_step(bot: Service, window: Window) -> list[str]:
     runs = [dict(run) for run in window.runs]
     waiting = []
     if window.open_execution_id is not None:
-        opening = bot.get(window.open_execution_id)
+        opening = service.get(window.open_execution_id)
         if not opening.terminal:
             return [f"window {window.id}: closing waits for {OPEN_RUNBOOK} execution "
                     f"{opening.id} to end"]
@@ -725,45 +725,45 @@ def _close_step(bot: Service, window: Window) -> list[str]:
             if run["state"] == "pending":
                 run["state"] = "not run: the window closed first"
             continue
-        ex = bot.get(run["execution_id"])
+        ex = service.get(run["execution_id"])
         if ex.state in NOT_STARTED:
-            ex = bot.cancel(ex.id, window.created_by)
+            ex = service.cancel(ex.id, window.created_by)
         run["state"] = ex.state
         if not ex.terminal:
             waiting.append(ex.id)
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         _set(conn, window.id, runs=runs)
     if waiting:
         return [f"window {window.id}: closing waits for execution(s) "
                 f"{', '.join(map(str, waiting))} to end"]
     report = run_report(runs)
     try:
-        execution_id = bot.request(CLOSE_RUNBOOK, close_params(bot, window, report),
+        execution_id = service.request(CLOSE_RUNBOOK, close_params(service, window, report),
                                    window.created_by, source="window", configured=True,
                                    window_id=window.id)
     except Refused as exc:
-        with bot.db.begin() as conn:
+        with service.db.begin() as conn:
             _set(conn, window.id, report=_clean(f"{report} CLOSING REFUSED: {exc}"))
             audit.append(conn, Kind.WINDOW_FAILED, "bot", {"window": window.id,
                                                            "reason": str(exc)[:2000]})
         return [f"window {window.id}: {CLOSE_RUNBOOK} refused: {exc} (retrying)"]
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         _set(conn, window.id, close_execution_id=execution_id, report=report)
         audit.append(conn, Kind.WINDOW_CLOSE_REQUESTED, "bot", {"window": window.id,
                                                                 "report": report}, execution_id)
     return [f"window {window.id}: closing (execution {execution_id})"]
 
 
-def overdue(bot: Service) -> list[tuple[Window, list[int]]]:
+def overdue(service: Service) -> list[tuple[Window, list[int]]]:
     """Windows past their end that still wait for runs inside them to end (closing waits for
     a run rather than cut it off): each with those executions, for people to hear once."""
     found = []
-    for window in listing(bot):
+    for window in listing(service):
         if window.state != CLOSING or window.close_execution_id is not None:
             continue
         waiting = [int(run["execution_id"]) for run in window.runs
                    if run.get("execution_id") is not None
-                   and not bot.get(int(run["execution_id"])).terminal]
+                   and not service.get(int(run["execution_id"])).terminal]
         if waiting and window.end <= now_utc():
             found.append((window, waiting))
     return found

@@ -296,10 +296,10 @@ def _config(args: argparse.Namespace) -> Config:
 def _bot(args: argparse.Namespace, config: Config | None = None) -> Service:
     from bot.service import Service
 
-    bot = Service.from_config(config or _config(args))
-    if bot.live_inventory is not None:  # the pools are listed when a command first needs them
-        bot.live_inventory.on_problems = _warn
-    return bot
+    service = Service.from_config(config or _config(args))
+    if service.live_inventory is not None:  # the pools are listed when a command first needs them
+        service.live_inventory.on_problems = _warn
+    return service
 
 
 def _warn(problems: list[str]) -> None:
@@ -307,13 +307,13 @@ def _warn(problems: list[str]) -> None:
         print(f"warning: {problem}", file=sys.stderr)
 
 
-def _user(args: argparse.Namespace, bot: Service) -> str:
+def _user(args: argparse.Namespace, service: Service) -> str:
     from bot.config import current_user
 
     wanted = getattr(args, "as_user", None)
     if wanted is None:
         return current_user()
-    if not bot.config.lab:
+    if not service.config.lab:
         raise UsageError("--as is only honoured when the configuration says lab: true")
     return str(wanted)
 
@@ -328,11 +328,11 @@ def _report(execution_id: int, line: str) -> None:
 def cmd_list(args: argparse.Namespace) -> int:
     from bot.surfaces import json_output
 
-    bot = _bot(args)
+    service = _bot(args)
     if args.json:
         return _print_json([json_output.runbook_item(loaded)
-                            for _, loaded in sorted(bot.runbooks().items())])
-    for name, loaded in sorted(bot.runbooks().items()):
+                            for _, loaded in sorted(service.runbooks().items())])
+    for name, loaded in sorted(service.runbooks().items()):
         rb = loaded.runbook
         print(f"{name:<22} {rb.version:<10} {rb.risk:<7} {rb.summary}")
     return EXIT_OK
@@ -343,9 +343,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
     from bot.surfaces import json_output
     from bot.surfaces.rendering import describe_text
 
-    bot = _bot(args)
-    loaded = bot.runbook(args.name)
-    policy = approval_policy(loaded.runbook, bot.config).describe()
+    service = _bot(args)
+    loaded = service.runbook(args.name)
+    policy = approval_policy(loaded.runbook, service.config).describe()
     if args.json:
         return _print_json(json_output.describe(loaded, policy))
     print(describe_text(loaded, policy))
@@ -405,9 +405,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from bot.surfaces.rendering import plan_text
     from bot.surfaces.secret_prompt import filled
 
-    bot = _bot(args)
-    raw = filled(bot, args.name, parse_assignments(args.params))
-    plan = bot.plan(args.name, raw, break_glass=args.break_glass)
+    service = _bot(args)
+    raw = filled(service, args.name, parse_assignments(args.params))
+    plan = service.plan(args.name, raw, break_glass=args.break_glass)
     if args.json:
         return _print_json(json_output.plan(plan))
     print(plan_text(plan))
@@ -419,16 +419,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bot.surfaces.secret_prompt import filled
     from kit.errors import Refused
 
-    bot = _bot(args)
-    user = _user(args, bot)
+    service = _bot(args)
+    user = _user(args, service)
     try:
         raw = parse_assignments(args.params)
     except ParamError as exc:  # still one audit event for the refused request
-        _refuse(bot, args.name, user, str(exc))
+        _refuse(service, args.name, user, str(exc))
         raise Refused(str(exc)) from exc
-    raw = filled(bot, args.name, raw)  # NAME=- for a secret: read, not typed on the line
-    execution_id = bot.request(args.name, raw, user, break_glass=args.break_glass)
-    ex = bot.get(execution_id)
+    raw = filled(service, args.name, raw)  # NAME=- for a secret: read, not typed on the line
+    execution_id = service.request(args.name, raw, user, break_glass=args.break_glass)
+    ex = service.get(execution_id)
     print(f"execution {execution_id}", flush=True)
     print(f"{ex.runbook} {ex.version} requested by {user}; plan hash {ex.plan_hash}")
     if ex.state == State.AWAITING_APPROVAL:
@@ -439,25 +439,25 @@ def cmd_run(args: argparse.Namespace) -> int:
             print("queued: the engine runs it (runbook engine); follow with "
                   f"`runbook status {execution_id}`")
         return EXIT_OK
-    return _drive(bot, execution_id)
+    return _drive(service, execution_id)
 
 
-def _refuse(bot: Service, name: str, user: str, reason: str) -> None:
+def _refuse(service: Service, name: str, user: str, reason: str) -> None:
     from bot.store import audit
 
-    with bot.db.begin() as conn:
+    with service.db.begin() as conn:
         audit.append(conn, Kind.REFUSED, user, {"runbook": name[:64], "params": {},
                                                 "source": "cli", "reason": reason[:2000]})
 
 
-def _drive(bot: Service, execution_id: int) -> int:
+def _drive(service: Service, execution_id: int) -> int:
     from bot.execution.engine import Engine
 
-    engine = Engine(bot, report=_report)
+    engine = Engine(service, report=_report)
     try:
         ex = engine.drive(execution_id, wait_for_approval=True)
         while not ex.terminal and ex.state != State.HELD:  # another engine has it: follow it
-            engine.sleep(bot.config.engine.poll_seconds)
+            engine.sleep(service.config.engine.poll_seconds)
             ex = engine.drive(execution_id, wait_for_approval=True)
     finally:
         engine.close()
@@ -466,27 +466,27 @@ def _drive(bot: Service, execution_id: int) -> int:
 
 
 def _decide(args: argparse.Namespace, verb: str) -> int:
-    bot = _bot(args)
-    user = _user(args, bot)
+    service = _bot(args)
+    user = _user(args, service)
     if verb == "approve":
-        ex = bot.approve(args.id, user, plan_hash=args.plan_hash)
-        got = len(bot.approvals(ex.id))
+        ex = service.approve(args.id, user, plan_hash=args.plan_hash)
+        got = len(service.approvals(ex.id))
         print(f"execution {ex.id}: approved by {user} ({got}/{ex.approvals_required}), "
               f"plan {ex.plan_hash[:12]}; now {ex.state}")
     elif verb == "deny":
-        ex = bot.deny(args.id, user, args.reason)
+        ex = service.deny(args.id, user, args.reason)
         print(f"execution {ex.id}: denied by {user}; nothing was run")
     elif verb == "cancel":
-        ex = bot.cancel(args.id, user)
+        ex = service.cancel(args.id, user)
         print(f"execution {ex.id}: " + ("cancelled" if ex.terminal else
                                          "cancel requested: it stops at the next step "
                                          "boundary and undoes completed steps"))
     elif verb == "confirm":
-        question = bot.confirm(args.id, user, not args.no, args.note)
+        question = service.confirm(args.id, user, not args.no, args.note)
         print(f"execution {args.id}: {user} answered {'no' if args.no else 'yes'} to "
               f"{question!r}")
     else:
-        ex = bot.resume(args.id, user)
+        ex = service.resume(args.id, user)
         print(f"execution {ex.id}: resume requested; the engine continues it")
     return EXIT_OK
 
@@ -495,12 +495,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     from bot.surfaces import json_output
     from bot.surfaces.rendering import status_text
 
-    bot = _bot(args)
-    ex = bot.get(args.id)
+    service = _bot(args)
+    ex = service.get(args.id)
     if args.json:
-        return _print_json(json_output.execution(ex, bot.approvals(ex.id),
-                                                 bot.step_states(ex.id)))
-    print(status_text(ex, bot.approvals(ex.id), bot.step_states(ex.id)))
+        return _print_json(json_output.execution(ex, service.approvals(ex.id),
+                                                 service.step_states(ex.id)))
+    print(status_text(ex, service.approvals(ex.id), service.step_states(ex.id)))
     return EXIT_OK
 
 
@@ -508,12 +508,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     from bot.surfaces import json_output
     from bot.surfaces.rendering import status_text, timeline_text
 
-    bot = _bot(args)
-    ex, events = bot.timeline(args.id)
+    service = _bot(args)
+    ex, events = service.timeline(args.id)
     if args.json:
-        return _print_json(json_output.timeline(ex, bot.approvals(ex.id),
-                                                bot.step_states(ex.id), events))
-    print(status_text(ex, bot.approvals(ex.id), bot.step_states(ex.id)))
+        return _print_json(json_output.timeline(ex, service.approvals(ex.id),
+                                                service.step_states(ex.id), events))
+    print(status_text(ex, service.approvals(ex.id), service.step_states(ex.id)))
     print()
     print(timeline_text(events))
     return EXIT_OK
@@ -524,8 +524,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     from bot.execution import executions
 
-    bot = _bot(args)
-    with bot.db.connect() as conn:
+    service = _bot(args)
+    with service.db.connect() as conn:
         found = executions.find(conn, runbook=args.runbook, user=args.user, node=args.node,
                                 limit=args.limit)
     if args.json:
@@ -679,9 +679,9 @@ def cmd_versions(args: argparse.Namespace) -> int:
     from bot.runbooks import versions
     from bot.surfaces import json_output
 
-    bot = _bot(args)
-    bot.runbooks()
-    with bot.db.connect() as conn:
+    service = _bot(args)
+    service.runbooks()
+    with service.db.connect() as conn:
         found = versions.listing(conn, args.name)
     if not found:
         raise UsageError(f'the bot has never seen a runbook "{args.name}"')
@@ -696,9 +696,9 @@ def cmd_versions(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     from bot.runbooks import versions
 
-    bot = _bot(args)
-    bot.runbooks()
-    with bot.db.connect() as conn:
+    service = _bot(args)
+    service.runbooks()
+    with service.db.connect() as conn:
         try:
             text = versions.diff(conn, args.name, args.v1, args.v2)
         except KeyError as exc:
@@ -710,9 +710,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_engine(args: argparse.Namespace) -> int:
     from bot.execution.engine import Engine
 
-    bot = _bot(args)
-    bot.runbooks()
-    engine = Engine(bot, report=_report)
+    service = _bot(args)
+    service.runbooks()
+    engine = Engine(service, report=_report)
     try:
         engine.run_pending(once=args.once)
     finally:
@@ -744,17 +744,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from bot.store import db
 
         db.init(config.resolved_database_url())
-    bot = _bot(args, config)
-    bot.runbooks()
-    slack = _slack_surface(bot)
+    service = _bot(args, config)
+    service.runbooks()
+    slack = _slack_surface(service)
     routes = dict(slack.routes()) if slack else {}
     tasks = list(slack.tasks()) if slack else []
     # schedules and windows: fired by the leader only, like the engine runs executions
-    tasks.append(scheduler_task(bot, logs.liner("bot.scheduler", "[scheduler] ")))
+    tasks.append(scheduler_task(service, logs.liner("bot.scheduler", "[scheduler] ")))
     # drains and node conditions the bot did not make: proposals, by the leader
-    tasks.append(intake_task(bot, logs.liner("bot.intake", "[intake] ")))
-    tasks += _audit_tasks(bot, slack)
-    tasks += _ship_tasks(bot)  # the audit log to syslog and OTLP receivers, by the leader
+    tasks.append(intake_task(service, logs.liner("bot.intake", "[intake] ")))
+    tasks += _audit_tasks(service, slack)
+    tasks += _ship_tasks(service)  # the audit log to syslog and OTLP receivers, by the leader
     report = logs.report
     if slack is not None:
         surface = slack
@@ -765,7 +765,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from bot.surfaces.console.pages import console
 
-    mounts = {"/ui": console(bot)}  # the read-only console; it refuses all without identity
+    mounts = {"/ui": console(service)}  # the read-only console; it refuses all without identity
     paths = ", ".join(["/alerts", "/healthz", "/metrics", *routes, "/ui/"])
     scheme = "https" if config.server.tls_cert_file else "http"
     logs.liner("bot.serve")(f"serving on {scheme}://{host}:{port} ({paths})" + (
@@ -774,30 +774,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        serve(bot, host, port, report, stop, routes=routes, tasks=tasks, alerts=alerts,
+        serve(service, host, port, report, stop, routes=routes, tasks=tasks, alerts=alerts,
               mounts=mounts)
     except ListenError as exc:
         raise UsageError(str(exc)) from None
     return EXIT_OK
 
 
-def _audit_tasks(bot: Service, slack: Any) -> list[Any]:
+def _audit_tasks(service: Service, slack: Any) -> list[Any]:
     """The leader keeps the log's head apart: in a file, in the chat, or both."""
     from bot.runtime.tasks import checkpoint_task
 
-    audit_config = bot.config.audit
+    audit_config = service.config.audit
     post = slack.poster.checkpoint if slack is not None and audit_config.checkpoint_chat else None
     if audit_config.checkpoint_file is None and post is None:
         return []
-    return [checkpoint_task(bot, audit_config.checkpoint_file,
+    return [checkpoint_task(service, audit_config.checkpoint_file,
                             logs.liner("bot.audit", "[audit] "), post)]
 
 
-def _ship_tasks(bot: Service) -> list[Any]:
+def _ship_tasks(service: Service) -> list[Any]:
     from bot.runtime.shipping import ShippingSetupError, ship_tasks
 
     try:  # a certificate or headers file that cannot be used stops the start, saying which
-        return list(ship_tasks(bot, logs.liner("bot.audit.ship", "[audit-ship] ")))
+        return list(ship_tasks(service, logs.liner("bot.audit.ship", "[audit-ship] ")))
     except ShippingSetupError as exc:
         raise UsageError(str(exc)) from None
 
@@ -829,12 +829,12 @@ def _log_format(config: Config) -> None:
     logs.install(fmt)
 
 
-def _slack_surface(bot: Service) -> SlackSurface | None:
+def _slack_surface(service: Service) -> SlackSurface | None:
     from bot.surfaces.slack.secrets import SlackSetupError
     from bot.surfaces.slack.surface import from_environment
 
     try:
-        return from_environment(bot)
+        return from_environment(service)
     except SlackSetupError as exc:
         raise UsageError(f"Slack: {exc}") from exc
 
@@ -842,11 +842,11 @@ def _slack_surface(bot: Service) -> SlackSurface | None:
 def cmd_chat(args: argparse.Namespace) -> int:
     from bot.surfaces.chat.terminal import run_chat
 
-    bot = _bot(args)
-    bot.runbooks()
-    user = _user(args, bot)
+    service = _bot(args)
+    service.runbooks()
+    user = _user(args, service)
     scripted = None if sys.stdin.isatty() else sys.stdin
-    return run_chat(bot, user, lines=scripted)
+    return run_chat(service, user, lines=scripted)
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -855,14 +855,14 @@ def cmd_node(args: argparse.Namespace) -> int:
     from bot.surfaces import nodeview
     from bot.surfaces.nodeparts import node_parts
 
-    bot = node_parts(_config(args))  # what the view reads, no more: a quick start
-    for warning in bot.warnings:
+    service = node_parts(_config(args))  # what the view reads, no more: a quick start
+    for warning in service.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    names = _node_names(args.names) or sorted(bot.inventory.nodes)
-    unknown = [name for name in names if name not in bot.inventory.nodes]
+    names = _node_names(args.names) or sorted(service.inventory.nodes)
+    unknown = [name for name in names if name not in service.inventory.nodes]
     if unknown:
         raise UsageError(f"not known node(s): {', '.join(unknown)}")
-    views = nodeview.build(bot, names)
+    views = nodeview.build(service, names)
     if args.json:
         print(json.dumps([view.__dict__ for view in views], indent=2, default=str))
     else:
@@ -891,8 +891,8 @@ def cmd_proposals(args: argparse.Namespace) -> int:
     from bot.alerts import proposing
     from bot.runbooks.params import params_text
 
-    bot = _bot(args)
-    found = proposing.listing(bot, open_only=not args.all)
+    service = _bot(args)
+    found = proposing.listing(service, open_only=not args.all)
     if args.json:
         print(json.dumps([p.__dict__ for p in found], indent=2))
         return EXIT_OK
@@ -916,11 +916,11 @@ def cmd_breaker(args: argparse.Namespace) -> int:
 
     from bot.alerts import breaker
 
-    bot = _bot(args)
+    service = _bot(args)
     if args.action == "reset":
-        now = breaker.reset(bot, _user(args, bot), args.reason or "")
+        now = breaker.reset(service, _user(args, service), args.reason or "")
     else:
-        now = breaker.status(bot)
+        now = breaker.status(service)
     if args.json:
         print(json.dumps(dataclasses.asdict(now), indent=2))
     else:
@@ -937,15 +937,15 @@ def _age(seconds: float) -> str:
 def cmd_proposal(args: argparse.Namespace) -> int:
     from bot.alerts import proposing
 
-    bot = _bot(args)
-    user = _user(args, bot)
+    service = _bot(args)
+    user = _user(args, service)
     if args.action == "run":
-        execution_id = proposing.run(bot, args.id, user)
+        execution_id = proposing.run(service, args.id, user)
         print(f"execution {execution_id}")
-        ex = bot.get(execution_id)
+        ex = service.get(execution_id)
         print(f"proposal {args.id}: {ex.runbook} requested by {user}; now {ex.state}")
     else:
-        proposing.dismiss(bot, args.id, user, args.reason)
+        proposing.dismiss(service, args.id, user, args.reason)
         print(f"proposal {args.id}: dismissed by {user}")
     return EXIT_OK
 
@@ -954,26 +954,26 @@ def cmd_scheduled(args: argparse.Namespace, noun: str) -> int:
     """``runbook schedule ...`` and ``runbook window ...``: the chat grammar's verbs."""
     from bot.surfaces.chat import scheduled
 
-    bot = _bot(args)
-    bot.runbooks()
-    user = _user(args, bot)
+    service = _bot(args)
+    service.runbooks()
+    user = _user(args, service)
     words = list(args.words)
     if args.json:
-        return _scheduled_json(bot, noun, words)
+        return _scheduled_json(service, noun, words)
     if noun == "schedule":
-        reply = scheduled.schedule(bot, words, user, source="cli")
+        reply = scheduled.schedule(service, words, user, source="cli")
     else:
-        reply = scheduled.window(bot, words, user)
+        reply = scheduled.window(service, words, user)
     print(reply.text, file=sys.stdout if reply.ok else sys.stderr)
     if not reply.ok:
         return EXIT_BAD_INPUT
     if (noun == "window" and args.wait and len(words) == 2 and words[0] in ("open", "cancel")
             and words[1].isdigit()):
-        return _follow_window(bot, int(words[1]))
+        return _follow_window(service, int(words[1]))
     return EXIT_OK
 
 
-def _scheduled_json(bot: Service, noun: str, words: list[str]) -> int:
+def _scheduled_json(service: Service, noun: str, words: list[str]) -> int:
     """``schedule|window list [all] --json`` (a list) and ``show ID --json`` (one)."""
     from bot.schedule import scheduling, windows
     from bot.surfaces import json_output
@@ -982,9 +982,9 @@ def _scheduled_json(bot: Service, noun: str, words: list[str]) -> int:
     shape = json_output.schedule if noun == "schedule" else json_output.window
     if words[0] == "list" and words[1:] in ([], ["all"]):
         return _print_json([shape(found) for found in
-                            module.listing(bot, everything=words[1:] == ["all"])])
+                            module.listing(service, everything=words[1:] == ["all"])])
     if words[0] == "show" and len(words) == 2 and words[1].isdigit():
-        return _print_json(shape(module.get(bot, int(words[1]))))
+        return _print_json(shape(module.get(service, int(words[1]))))
     raise UsageError(f"--json shows {noun}s: {noun} list [all] --json, {noun} show ID --json")
 
 
@@ -995,33 +995,33 @@ def _print_json(value: Any) -> int:
     return EXIT_OK
 
 
-def _follow_window(bot: Service, window_id: int) -> int:
+def _follow_window(service: Service, window_id: int) -> int:
     """Drive a window's executions here until it is open with its runbooks done, or ended."""
     from bot.execution.engine import Engine
     from bot.schedule import windows
     from bot.surfaces import schedule_text
 
-    engine = Engine(bot, report=_report)
+    engine = Engine(service, report=_report)
     waiting_said = False
     try:
         while True:
-            for note in windows.advance(bot, window_id):
+            for note in windows.advance(service, window_id):
                 print(f"[window {window_id}] {note}", flush=True)
             engine.run_pending(once=True)
-            window = windows.get(bot, window_id)
+            window = windows.get(service, window_id)
             if window.state in windows.ENDED or (
                     window.state == windows.OPEN and windows.inside_done(window)):
                 break
-            if not waiting_said and window.open_execution_id and bot.get(
+            if not waiting_said and window.open_execution_id and service.get(
                     window.open_execution_id).state == State.AWAITING_APPROVAL:
                 print(f"[window {window_id}] waiting for approval of execution "
                       f"{window.open_execution_id} (runbook approve "
                       f"{window.open_execution_id})", flush=True)
                 waiting_said = True
-            engine.sleep(bot.config.engine.poll_seconds)
+            engine.sleep(service.config.engine.poll_seconds)
     finally:
         engine.close()
-    print(schedule_text.window_text(bot, window))
+    print(schedule_text.window_text(service, window))
     return EXIT_OK if window.state in (windows.OPEN, windows.CLOSED) else EXIT_FAILED
 
 

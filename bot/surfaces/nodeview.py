@@ -68,43 +68,43 @@ class NodeView:
     mig: dict[str, str] = field(default_factory=dict)
 
 
-def build(bot: NodeSources, names: list[str]) -> list[NodeView]:
+def build(service: NodeSources, names: list[str]) -> list[NodeView]:
     views = {name: NodeView(name) for name in names}
-    _slurm(bot, views)
-    _kubernetes(bot, views)
-    _gpus(bot, views)
-    _executions(bot, views)
+    _slurm(service, views)
+    _kubernetes(service, views)
+    _gpus(service, views)
+    _executions(service, views)
     for view in views.values():
-        _pools(bot, view)
+        _pools(service, view)
     return list(views.values())
 
 
-def _registered(bot: NodeSources, system: str) -> frozenset[str]:
+def _registered(service: NodeSources, system: str) -> frozenset[str]:
     """The nodes ``system`` knows, whichever pool they serve now (a hand-off node is in both)."""
-    inventory = bot.inventory
+    inventory = service.inventory
     return frozenset(getattr(inventory, f"in_{system}", getattr(inventory, system)))
 
 
-def _pools(bot: NodeSources, view: NodeView) -> None:
+def _pools(service: NodeSources, view: NodeView) -> None:
     """Which pools the node serves, from what Slurm and Kubernetes said just now (the
     inventory's rule: the drain reason, the pool label); the inventory when they did not."""
     found = []
     if view.slurm is not None:
         if view.slurm.get("serves_slurm"):
             found.append("slurm")
-    elif view.name in bot.inventory.slurm:
+    elif view.name in service.inventory.slurm:
         found.append("slurm")
     if view.kubernetes is not None:
         if view.kubernetes.get("serves_kubernetes"):
             found.append("kubernetes")
-    elif view.name in bot.inventory.kubernetes:
+    elif view.name in service.inventory.kubernetes:
         found.append("kubernetes")
     view.pools = found
 
 
-def _slurm(bot: NodeSources, views: dict[str, NodeView]) -> None:
-    backend = bot.backends.get("slurm")
-    names, registered = bot.inventory.facts()["slurm_name"], _registered(bot, "slurm")
+def _slurm(service: NodeSources, views: dict[str, NodeView]) -> None:
+    backend = service.backends.get("slurm")
+    names, registered = service.inventory.facts()["slurm_name"], _registered(service, "slurm")
     wanted = {names[n]: n for n in views if n in registered}
     if backend is None or not wanted:
         return
@@ -113,7 +113,7 @@ def _slurm(bot: NodeSources, views: dict[str, NodeView]) -> None:
             views[wanted[info.name]].slurm = {
                 **info.as_dict(), "gres": info.gres, "features": sorted(info.features),
                 "serves_slurm": serves_slurm(info.reason if "DRAIN" in info.flags else None,
-                                             bot.config.pools)}
+                                             service.config.pools)}
             if MIG_PROFILE.search(info.gres):  # gpu:3g.40gb:16: MIG devices
                 views[wanted[info.name]].mig["slurm_gres"] = info.gres
     except ActionError as exc:
@@ -121,13 +121,14 @@ def _slurm(bot: NodeSources, views: dict[str, NodeView]) -> None:
             views[name].problems.append(f"Slurm: {exc}")
 
 
-def _kubernetes(bot: NodeSources, views: dict[str, NodeView]) -> None:
-    backend = bot.backends.get("kubernetes")
-    names, registered = bot.inventory.facts()["kubernetes_name"], _registered(bot, "kubernetes")
+def _kubernetes(service: NodeSources, views: dict[str, NodeView]) -> None:
+    backend = service.backends.get("kubernetes")
+    names = service.inventory.facts()["kubernetes_name"]
+    registered = _registered(service, "kubernetes")
     wanted = {names[n]: n for n in views if n in registered}
     if backend is None or not wanted:
         return
-    label = bot.config.pools.label
+    label = service.config.pools.label
     try:
         for k8s_name, node, pods in _k8s_nodes(backend, list(wanted)):
             name = wanted[k8s_name]
@@ -163,13 +164,13 @@ def _k8s_nodes(backend: Any, names: list[str]) -> Iterator[tuple[str, Any, list[
         yield name, listed[name] if name in listed else backend.get_node(name), pods.get(name, [])
 
 
-def _gpus(bot: NodeSources, views: dict[str, NodeView]) -> None:
-    backend = bot.backends.get("prometheus")
+def _gpus(service: NodeSources, views: dict[str, NodeView]) -> None:
+    backend = service.backends.get("prometheus")
     if backend is None:
         return
     from adapters.prometheus.template import build as build_query
 
-    names = bot.inventory.facts()["dcgm_name"]
+    names = service.inventory.facts()["dcgm_name"]
     dcgm = {names[n]: n for n in views}
     key_of = {metric: key for key, metric in GPU_METRICS.items()}
     try:  # ONE query: the four metrics of every GPU of every node asked about
@@ -190,12 +191,12 @@ def _gpus(bot: NodeSources, views: dict[str, NodeView]) -> None:
             gpu["driver"] = sample.labels.get("DCGM_FI_DRIVER_VERSION", "?")
 
 
-def _executions(bot: NodeSources, views: dict[str, NodeView]) -> None:
+def _executions(service: NodeSources, views: dict[str, NodeView]) -> None:
     """The last ten executions that locked each node (inside a hostlist too), newest first:
     one query for all the nodes (bot.store.recent), the plans not read."""
     from bot.store import recent
 
-    for row in recent.by_node(bot.db, list(views), RECENT):
+    for row in recent.by_node(service.db, list(views), RECENT):
         views[row["node"]].executions.append({
             "id": row["id"], "runbook": row["runbook"], "state": State(row["state"]),
             "requested_at": row["requested_at"], "requested_by": row["requested_by"],

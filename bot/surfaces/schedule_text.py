@@ -11,12 +11,12 @@ from bot.service import Service
 from kit.durations import format_duration
 
 
-def schedule_line(bot: Service, schedule: Schedule) -> str:
+def schedule_line(service: Service, schedule: Schedule) -> str:
     upcoming = scheduling.next_fire(schedule)
     nxt = f"next {scheduling.utc_iso(upcoming)}" if upcoming else "no next run"
     approve = ""
     if schedule.approve == "ahead":
-        names = scheduling.approvers_ahead(bot, schedule)
+        names = scheduling.approvers_ahead(service, schedule)
         approve = f", approved ahead by {', '.join(names) or 'nobody yet'}"
     missed_text = f", MISSED {schedule.missed}" if schedule.missed else ""
     last = f"; last: {schedule.last_outcome}" if schedule.last_outcome else ""
@@ -25,8 +25,8 @@ def schedule_line(bot: Service, schedule: Schedule) -> str:
             f"{approve}{missed_text}{last}")
 
 
-def schedule_text(bot: Service, schedule: Schedule) -> str:
-    names = scheduling.approvers_ahead(bot, schedule)
+def schedule_text(service: Service, schedule: Schedule) -> str:
+    names = scheduling.approvers_ahead(service, schedule)
     upcoming = scheduling.next_fire(schedule)
     lines = [
         f"schedule {schedule.id}: {schedule.runbook} — {schedule.state.upper()}",
@@ -52,9 +52,9 @@ def window_line(window: Window) -> str:
             f"{window.created_by}; {inside}; {window.reason}")
 
 
-def window_text(bot: Service, window: Window) -> str:
-    systems = windows.system_nodes(bot, window.names)
-    names = windows.approvers_ahead(bot, window)
+def window_text(service: Service, window: Window) -> str:
+    systems = windows.system_nodes(service, window.names)
+    names = windows.approvers_ahead(service, window)
     counts = ", ".join(
         f"{p['runbook']} {min(len(names), p['required'])}/{p['required']}"
         for p in window.plans if p["required"])

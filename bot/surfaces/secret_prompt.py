@@ -15,13 +15,13 @@ from kit.errors import Refused
 ASK = "-"
 
 
-def filled(bot: Service, runbook: str, raw: Mapping[str, str],
+def filled(service: Service, runbook: str, raw: Mapping[str, str],
            stdin: TextIO | None = None) -> dict[str, str]:
     """``raw`` with each secret parameter given as ``-`` read in; others untouched."""
     asked = [name for name, value in raw.items() if value == ASK]
     if not asked:
         return dict(raw)
-    known = bot.known(runbook)
+    known = service.known(runbook)
     secret = {n for n, spec in (known.params.items() if known else ()) if spec.secret}
     values = dict(raw)
     stream = stdin or sys.stdin

@@ -53,7 +53,7 @@ Quote values with spaces: run drain-node node=gpu07 reason="XID 79 on GPU 3\""""
 Command = Callable[[Service, list[str], str], Reply]
 
 
-def handle(bot: Service, line: str, user: str) -> Reply:
+def handle(service: Service, line: str, user: str) -> Reply:
     """Answer one line of chat from ``user``::
 
         help | list | describe NAME | plan NAME k=v... | run NAME k=v... | approve ID
@@ -78,7 +78,7 @@ def handle(bot: Service, line: str, user: str) -> Reply:
         suggestion = f' Did you mean "{hint[0]}"?' if hint else ""
         return Reply(f'I do not know "{verb[:40]}".{suggestion} Try "help".', ok=False)
     try:
-        return command(bot, args, user)
+        return command(service, args, user)
     except (Refused, ParamError, ActionError) as exc:
         return Reply(str(exc), ok=False)
     except _Usage as exc:
@@ -122,36 +122,36 @@ def _one_id(args: list[str], usage: str) -> int:
     return int(args[0])
 
 
-def _help(bot: Service, args: list[str], user: str) -> Reply:
+def _help(service: Service, args: list[str], user: str) -> Reply:
     return Reply(HELP)
 
 
-def _list(bot: Service, args: list[str], user: str) -> Reply:
+def _list(service: Service, args: list[str], user: str) -> Reply:
     lines = [f"{name} {rb.runbook.version} ({rb.runbook.risk}): {rb.runbook.summary}"
-             for name, rb in sorted(bot.runbooks().items())]
+             for name, rb in sorted(service.runbooks().items())]
     return Reply("\n".join(lines))
 
 
-def _describe(bot: Service, args: list[str], user: str) -> Reply:
+def _describe(service: Service, args: list[str], user: str) -> Reply:
     if len(args) != 1:
         raise _Usage("describe NAME")
-    loaded = bot.runbook(args[0])
-    policy = approval_policy(loaded.runbook, bot.config).describe()
+    loaded = service.runbook(args[0])
+    policy = approval_policy(loaded.runbook, service.config).describe()
     return Reply(rendering.describe_text(loaded, policy))
 
 
-def _plan(bot: Service, args: list[str], user: str) -> Reply:
+def _plan(service: Service, args: list[str], user: str) -> Reply:
     if not args:
         raise _Usage("plan NAME key=value...")
-    plan = bot.plan(args[0], parse_assignments(args[1:]))
+    plan = service.plan(args[0], parse_assignments(args[1:]))
     return Reply(rendering.plan_text(plan))
 
 
-def _run(bot: Service, args: list[str], user: str) -> Reply:
+def _run(service: Service, args: list[str], user: str) -> Reply:
     if not args:
         raise _Usage("run NAME key=value...")
-    execution_id = bot.request(args[0], parse_assignments(args[1:]), user, source="chat")
-    ex = bot.get(execution_id)
+    execution_id = service.request(args[0], parse_assignments(args[1:]), user, source="chat")
+    ex = service.get(execution_id)
     waiting = (f"waiting for approval: {ex.plan.approval.describe()} (approve {ex.id} "
                f"{ex.plan_hash[:12]})" if ex.state == State.AWAITING_APPROVAL
                else "queued: it runs now")
@@ -159,46 +159,47 @@ def _run(bot: Service, args: list[str], user: str) -> Reply:
                  execution_id=ex.id)
 
 
-def _approve(bot: Service, args: list[str], user: str) -> Reply:
+def _approve(service: Service, args: list[str], user: str) -> Reply:
     if len(args) > 2:
         raise _Usage("approve ID [PLAN_HASH]")
-    ex = bot.approve(_one_id(args, "approve ID [PLAN_HASH]"), user, source="chat",
+    ex = service.approve(_one_id(args, "approve ID [PLAN_HASH]"), user, source="chat",
                      plan_hash=args[1] if len(args) > 1 else None)
-    have = len(bot.approvals(ex.id))
+    have = len(service.approvals(ex.id))
     return Reply(f"execution {ex.id}: approved by {user} ({have}/{ex.approvals_required}), "
                  f"plan {ex.plan_hash[:12]}; now {ex.state}", execution_id=ex.id)
 
 
-def _deny(bot: Service, args: list[str], user: str) -> Reply:
+def _deny(service: Service, args: list[str], user: str) -> Reply:
     execution_id = _one_id(args, "deny ID [reason]")
-    ex = bot.deny(execution_id, user, " ".join(args[1:]) or None, source="chat")
+    ex = service.deny(execution_id, user, " ".join(args[1:]) or None, source="chat")
     return Reply(f"execution {ex.id}: denied by {user}; nothing was run", execution_id=ex.id)
 
 
-def _cancel(bot: Service, args: list[str], user: str) -> Reply:
-    ex = bot.cancel(_one_id(args, "cancel ID"), user)
+def _cancel(service: Service, args: list[str], user: str) -> Reply:
+    ex = service.cancel(_one_id(args, "cancel ID"), user)
     what = "cancelled" if ex.terminal else "cancel requested: it stops at the next step and undoes"
     return Reply(f"execution {ex.id}: {what}", execution_id=ex.id)
 
 
-def _status(bot: Service, args: list[str], user: str) -> Reply:
-    ex = bot.get(_one_id(args, "status ID"))
-    return Reply(rendering.status_text(ex, bot.approvals(ex.id), bot.step_states(ex.id)),
+def _status(service: Service, args: list[str], user: str) -> Reply:
+    ex = service.get(_one_id(args, "status ID"))
+    return Reply(rendering.status_text(ex, service.approvals(ex.id), service.step_states(ex.id)),
                  execution_id=ex.id)
 
 
-def _show(bot: Service, args: list[str], user: str) -> Reply:
-    ex, events = bot.timeline(_one_id(args, "show ID"))
-    return Reply(rendering.status_text(ex, bot.approvals(ex.id), bot.step_states(ex.id)) + "\n\n"
+def _show(service: Service, args: list[str], user: str) -> Reply:
+    ex, events = service.timeline(_one_id(args, "show ID"))
+    text = rendering.status_text(ex, service.approvals(ex.id), service.step_states(ex.id))
+    return Reply(text + "\n\n"
                  + rendering.timeline_text(events), execution_id=ex.id)
 
 
-def _history(bot: Service, args: list[str], user: str) -> Reply:
+def _history(service: Service, args: list[str], user: str) -> Reply:
     filters = parse_assignments(args)
     unknown = set(filters) - {"node", "runbook", "user"}
     if unknown:
         raise _Usage("history [node=NAME] [runbook=NAME] [user=NAME]")
-    with bot.db.connect() as conn:
+    with service.db.connect() as conn:
         found = executions.find(conn, runbook=filters.get("runbook"), user=filters.get("user"),
                                 node=filters.get("node"), limit=20)
     lines = [f"{ex.id}: {ex.runbook} {ex.state} ({ex.requested_by}, {ex.requested_at[:19]}) "
@@ -206,23 +207,23 @@ def _history(bot: Service, args: list[str], user: str) -> Reply:
     return Reply("\n".join(lines) or "no executions")
 
 
-def _node(bot: Service, args: list[str], user: str) -> Reply:
+def _node(service: Service, args: list[str], user: str) -> Reply:
     from bot.surfaces import nodeview
 
     if len(args) != 1:
         raise _Usage("node NAME")
-    if args[0] not in bot.inventory.nodes:
-        hint = difflib.get_close_matches(args[0], sorted(bot.inventory.nodes), n=3)
+    if args[0] not in service.inventory.nodes:
+        hint = difflib.get_close_matches(args[0], sorted(service.inventory.nodes), n=3)
         return Reply(f'"{args[0][:63]}" is not a known node'
                      + (f" (did you mean {', '.join(hint)}?)" if hint else ""), ok=False)
-    return Reply(nodeview.text(nodeview.build(bot, args)[0]))
+    return Reply(nodeview.text(nodeview.build(service, args)[0]))
 
 
 ANSWERS = {"yes": True, "y": True, "true": True, "no": False, "n": False, "false": False}
 PLAN_HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
-def _confirm(bot: Service, args: list[str], user: str) -> Reply:
+def _confirm(service: Service, args: list[str], user: str) -> Reply:
     """``confirm ID [yes|no]``; a Yes/No button adds ``step=STEP plan=HASH``, the question
     and the plan it was posted for, so that a stale button answers nothing."""
     usage = "confirm ID [yes|no]"
@@ -239,41 +240,41 @@ def _confirm(bot: Service, args: list[str], user: str) -> Reply:
     if (given or (step is not None and not STEP_ID.fullmatch(step))
             or (plan_hash is not None and not PLAN_HASH.fullmatch(plan_hash))):
         raise _Usage(usage + " [step=STEP] [plan=HASH]")
-    question = bot.confirm(execution_id, user, yes, None, step=step, plan_hash=plan_hash)
+    question = service.confirm(execution_id, user, yes, None, step=step, plan_hash=plan_hash)
     return Reply(f"execution {execution_id}: {user} answered {'yes' if yes else 'no'} to "
                  f"{question!r}", execution_id=execution_id)
 
 
-def _proposals(bot: Service, args: list[str], user: str) -> Reply:
+def _proposals(service: Service, args: list[str], user: str) -> Reply:
 
-    found = proposing.listing(bot)
+    found = proposing.listing(service)
     lines = [f"{p.id}: {p.alertname} -> {p.runbook} {params_text(p.params)}"
              + (f" ({p.note})" if p.note else "") for p in found]
     return Reply("\n".join(lines) or "no open proposals")
 
 
-def _proposal(bot: Service, args: list[str], user: str) -> Reply:
+def _proposal(service: Service, args: list[str], user: str) -> Reply:
 
     usage = "proposal run ID | proposal dismiss ID [reason]"
     if len(args) < 2 or args[0] not in ("run", "dismiss"):
         raise _Usage(usage)
     proposal_id = _one_id(args[1:], usage)
     if args[0] == "run":
-        execution_id = proposing.run(bot, proposal_id, user)
-        ex = bot.get(execution_id)
+        execution_id = proposing.run(service, proposal_id, user)
+        ex = service.get(execution_id)
         return Reply(f"proposal {proposal_id}: execution {ex.id} ({ex.runbook}) requested by "
                      f"{user}; {ex.state.replace('_', ' ')}", execution_id=ex.id)
-    proposal = proposing.dismiss(bot, proposal_id, user, " ".join(args[2:]) or None)
+    proposal = proposing.dismiss(service, proposal_id, user, " ".join(args[2:]) or None)
     return Reply(f"proposal {proposal.id}: dismissed by {user}")
 
 
-def _breaker(bot: Service, args: list[str], user: str) -> Reply:
+def _breaker(service: Service, args: list[str], user: str) -> Reply:
     usage = "breaker [status] | breaker reset REASON"
     if not args or args[0].lower() == "status":
-        return Reply(breaker.status_text(breaker.status(bot)))
+        return Reply(breaker.status_text(breaker.status(service)))
     if args[0].lower() != "reset" or len(args) < 2:
         raise _Usage(usage)
-    now = breaker.reset(bot, user, " ".join(args[1:]))
+    now = breaker.reset(service, user, " ".join(args[1:]))
     return Reply(f"breaker reset by {user}\n{breaker.status_text(now)}")
 
 
@@ -282,7 +283,7 @@ COMMANDS: dict[str, Command] = {
     "approve": _approve, "deny": _deny, "cancel": _cancel, "status": _status, "show": _show,
     "history": _history, "node": _node, "confirm": _confirm, "proposals": _proposals,
     "proposal": _proposal, "breaker": _breaker,
-    "schedule": lambda bot, args, user: scheduled.schedule(bot, args, user),
-    "window": lambda bot, args, user: scheduled.window(bot, args, user),
+    "schedule": lambda service, args, user: scheduled.schedule(service, args, user),
+    "window": lambda service, args, user: scheduled.window(service, args, user),
 }
 

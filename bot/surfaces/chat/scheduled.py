@@ -30,7 +30,7 @@ def _id(args: list[str]) -> int | None:
     return int(args[1]) if len(args) == 2 and is_id(args[1]) else None
 
 
-def schedule(bot: Service, args: list[str], user: str, source: str = "chat") -> Reply:
+def schedule(service: Service, args: list[str], user: str, source: str = "chat") -> Reply:
     """The ``schedule`` verb::
 
         schedule add NAME key=value... cron="0 2 * * SAT" [tz=Europe/Istanbul] [approve=ahead]
@@ -39,36 +39,36 @@ def schedule(bot: Service, args: list[str], user: str, source: str = "chat") -> 
     """
     verb = args[0].lower() if args else "list"
     if verb == "list":
-        listed = scheduling.listing(bot, everything=args[1:2] == ["all"])
-        lines = [schedule_text.schedule_line(bot, s) for s in listed]
+        listed = scheduling.listing(service, everything=args[1:2] == ["all"])
+        lines = [schedule_text.schedule_line(service, s) for s in listed]
         return Reply("\n".join(lines) or "no schedules")
     if verb == "add":
-        return _add(bot, args[1:], user, source)
+        return _add(service, args[1:], user, source)
     schedule_id = _id(args)
     if verb not in ("show", "approve", "pause", "resume", "remove") or schedule_id is None:
         return _usage(SCHEDULE_USAGE)
     if verb == "show":
-        return Reply(schedule_text.schedule_text(bot, scheduling.get(bot, schedule_id)))
+        return Reply(schedule_text.schedule_text(service, scheduling.get(service, schedule_id)))
     if verb == "approve":
-        found, names, note = scheduling.approve(bot, schedule_id, user)
-        required = bot.plan(found.runbook, found.params).approval.required
+        found, names, note = scheduling.approve(service, schedule_id, user)
+        required = service.plan(found.runbook, found.params).approval.required
         return Reply(f"schedule {found.id}: approved ahead by {user} "
                      f"({len(names)}/{required}: {', '.join(names)})"
                      + (f"; {note}" if note else ""))
-    found = scheduling.steer(bot, schedule_id, user, verb)
+    found = scheduling.steer(service, schedule_id, user, verb)
     return Reply(f"schedule {found.id}: {found.state} ({verb} by {user})")
 
 
-def _add(bot: Service, words: list[str], user: str, source: str) -> Reply:
+def _add(service: Service, words: list[str], user: str, source: str) -> Reply:
     if not words or "=" in words[0]:
         return _usage(SCHEDULE_USAGE)
     name, values = words[0], parse_assignments(words[1:])
     own = {key: values.pop(key) for key in scheduling.OWN_KEYS if key in values}
-    found = scheduling.add(bot, name, values, user, cron=own.get("cron"), at=own.get("at"),
+    found = scheduling.add(service, name, values, user, cron=own.get("cron"), at=own.get("at"),
                            tz=own.get("tz"), approve=own.get("approve", "when_due"),
                            source=source)
     upcoming = scheduling.next_fire(found)
-    required = bot.plan(found.runbook, found.params).approval.required
+    required = service.plan(found.runbook, found.params).approval.required
     if required == 0:
         approval = "it needs no approval"
     elif found.approve == "ahead":
@@ -81,7 +81,7 @@ def _add(bot: Service, words: list[str], user: str, source: str) -> Reply:
                  f"{found.created_by}; {approval}")
 
 
-def window(bot: Service, args: list[str], user: str) -> Reply:
+def window(service: Service, args: list[str], user: str) -> Reply:
     """The ``window`` verb::
 
         window create NODES start=now|"2026-12-05 02:00" duration=4h [tz=...] [reason=...]
@@ -90,45 +90,45 @@ def window(bot: Service, args: list[str], user: str) -> Reply:
     """
     verb = args[0].lower() if args else "list"
     if verb == "list":
-        listed = windows.listing(bot, everything=args[1:2] == ["all"])
+        listed = windows.listing(service, everything=args[1:2] == ["all"])
         lines = [schedule_text.window_line(w) for w in listed]
         return Reply("\n".join(lines) or "no maintenance windows")
     if verb == "create":
-        return _create(bot, args[1:], user)
+        return _create(service, args[1:], user)
     window_id = _id(args)
     if verb not in ("show", "approve", "open", "cancel") or window_id is None:
         return _usage(WINDOW_USAGE)
     if verb == "show":
-        return Reply(schedule_text.window_text(bot, windows.get(bot, window_id)))
+        return Reply(schedule_text.window_text(service, windows.get(service, window_id)))
     if verb == "approve":
-        found, names, note = windows.approve(bot, window_id, user)
+        found, names, note = windows.approve(service, window_id, user)
         return Reply(f"window {found.id}: approved ahead by {user} (approvers so far: "
                      f"{', '.join(names)})" + (f"; {note}" if note else ""))
     if verb == "open":
-        found = windows.open_now(bot, window_id, user)
+        found = windows.open_now(service, window_id, user)
         return Reply(f"window {found.id}: {found.state} (open-window execution "
                      f"{found.open_execution_id}, opened early by {user})"
                      if found.open_execution_id else f"window {found.id}: {found.state}: "
                      f"{found.report or ''}", ok=found.state != windows.FAILED,
                      execution_id=found.open_execution_id)
-    found = windows.cancel(bot, window_id, user)
+    found = windows.cancel(service, window_id, user)
     what = {windows.CANCELLED: "cancelled", windows.CLOSING: "closing now",
             windows.CLOSED: "closed"}.get(found.state, found.state)
     return Reply(f"window {found.id}: {what} ({user})", execution_id=found.close_execution_id)
 
 
-def _create(bot: Service, words: list[str], user: str) -> Reply:
+def _create(service: Service, words: list[str], user: str) -> Reply:
     if not words or "=" in words[0]:
         return _usage(WINDOW_USAGE)
     nodes, values = words[0], parse_assignments(words[1:])
     unknown = sorted(set(values) - {"start", "duration", "runbooks", "reason", "tz"})
     if unknown or "start" not in values or "duration" not in values:
         return _usage(WINDOW_USAGE)
-    found = windows.create(bot, nodes, user, start=values["start"],
+    found = windows.create(service, nodes, user, start=values["start"],
                            duration=values["duration"], runbooks=values.get("runbooks", ""),
                            reason=values.get("reason", "maintenance window"),
                            tz=values.get("tz"))
-    names = windows.approvers_ahead(bot, found)
+    names = windows.approvers_ahead(service, found)
     needed = [f"{p['runbook']} {p['required']}" for p in found.plans if p["required"]]
     ask = (f"approvals ahead needed ({', '.join(needed)}): `window approve {found.id}`; "
            "without them it waits for approval when it opens") if needed and not names else ""

@@ -29,7 +29,7 @@ def _interactive() -> Iterator[str]:
             return
 
 
-def run_chat(bot: Service, user: str, *, lines: Iterable[str] | None = None,
+def run_chat(service: Service, user: str, *, lines: Iterable[str] | None = None,
              out: TextIO = sys.stdout) -> int:
     lock = threading.Lock()
 
@@ -37,7 +37,7 @@ def run_chat(bot: Service, user: str, *, lines: Iterable[str] | None = None,
         with lock:
             print(text, file=out, flush=True)
 
-    engine = Engine(bot, report=lambda execution_id, line: say(f"[{execution_id}] {line}"))
+    engine = Engine(service, report=lambda execution_id, line: say(f"[{execution_id}] {line}"))
     stop = threading.Event()
     worker = threading.Thread(target=engine.run_pending, kwargs={"stop": stop},
                               name="engine", daemon=True)
@@ -51,11 +51,11 @@ def run_chat(bot: Service, user: str, *, lines: Iterable[str] | None = None,
             if line in ("/quit", "/exit"):
                 break
             if line.startswith("/as"):
-                user = _switch(bot, line, user, say)
+                user = _switch(service, line, user, say)
                 continue
             if lines is not None:
                 say(f"{user}> {line}")
-            reply = commands.handle(bot, line, user)
+            reply = commands.handle(service, line, user)
             failures += 0 if reply.ok else 1
             say(reply.text)
     finally:
@@ -66,9 +66,9 @@ def run_chat(bot: Service, user: str, *, lines: Iterable[str] | None = None,
     return 0 if failures == 0 else 1
 
 
-def _switch(bot: Service, line: str, user: str, say: Callable[[str], None]) -> str:
+def _switch(service: Service, line: str, user: str, say: Callable[[str], None]) -> str:
     words = line.split()
-    if not bot.config.lab:
+    if not service.config.lab:
         say("/as is only available when the configuration says lab: true")
         return user
     if len(words) != 2:

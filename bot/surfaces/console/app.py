@@ -52,7 +52,7 @@ class NotFound(Exception):
 class Ask:
     """One page request, as a handler sees it."""
 
-    bot: Service
+    service: Service
     viewer: Viewer
     query: QueryParams
     path: Mapping[str, Any]
@@ -68,9 +68,9 @@ PageRoute = tuple[str, Handler, tuple[str, ...]]  # (path under /ui, handler, me
 
 
 class Console:
-    def __init__(self, bot: Service, pages: Iterable[PageRoute]) -> None:
-        self.bot = bot
-        self.identities = Identities(bot.config)
+    def __init__(self, service: Service, pages: Iterable[PageRoute]) -> None:
+        self.service = service
+        self.identities = Identities(service.config)
         self.pages = list(pages)
         self.templates = Environment(loader=FileSystemLoader(HERE / "templates"),
                                      autoescape=True, undefined=StrictUndefined,
@@ -99,12 +99,12 @@ class Console:
                     else None)
             except NotAllowed as exc:
                 challenge = {"WWW-Authenticate": REALM} if (
-                    exc.status == 401 and self.bot.config.console.basic) else {}
+                    exc.status == 401 and self.service.config.console.basic) else {}
                 return self.error(exc.status, str(exc), headers=challenge)
             if request.method == "POST" and not _same_origin(headers):
                 return self.error(403, "a form of the console must be sent from the console",
                                   viewer)
-            ask = Ask(self.bot, viewer, request.query_params, request.path_params,
+            ask = Ask(self.service, viewer, request.query_params, request.path_params,
                       request.method, self)
             return await run_in_threadpool(self._answer, handler, ask)
 

@@ -36,7 +36,7 @@ class CheckpointState:
 def chain(ask: Ask) -> Response:
     if not ask.viewer.auditor:
         return _refused(ask)
-    with ask.bot.db.connect() as conn:
+    with ask.service.db.connect() as conn:
         head = audit.last(conn)
         start = audit.start(conn)
         start_problem = audit.start_problem(conn)
@@ -44,7 +44,7 @@ def chain(ask: Ask) -> Response:
         archives = _archives(conn)
     return ask.page("chain.html", head=head, start=start, start_problem=start_problem,
                     verifications=verifications, archives=archives,
-                    checkpoint=checkpoint_state(ask.bot), running=_VERIFYING.locked())
+                    checkpoint=checkpoint_state(ask.service), running=_VERIFYING.locked())
 
 
 def _archives(conn: Connection) -> list[dict[str, Any]]:
@@ -70,8 +70,8 @@ def verify_now(ask: Ask) -> Response:
     if not _VERIFYING.acquire(blocking=False):  # the page says one is running
         return RedirectResponse(f"{PREFIX}/chain", 303, headers=SECURITY_HEADERS)
     try:
-        verdict = audit.verify(ask.bot.db)
-        with ask.bot.db.begin() as conn:
+        verdict = audit.verify(ask.service.db)
+        with ask.service.db.begin() as conn:
             audit.append(conn, Kind.CHAIN_VERIFIED, ask.viewer.name, {
                 "ok": verdict.ok, "checked": verdict.events, "head": verdict.head,
                 "problem": verdict.problem, "problem_seq": verdict.seq, "by": ask.viewer.name,
@@ -81,9 +81,9 @@ def verify_now(ask: Ask) -> Response:
     return RedirectResponse(f"{PREFIX}/chain", 303, headers=SECURITY_HEADERS)
 
 
-def checkpoint_state(bot: Service) -> CheckpointState:
+def checkpoint_state(service: Service) -> CheckpointState:
     """The checkpoint file (audit.checkpoint_file) compared with the log now."""
-    path = bot.config.audit.checkpoint_file
+    path = service.config.audit.checkpoint_file
     if path is None:
         return CheckpointState("", "no checkpoint file is configured (audit.checkpoint_file): "
                                    "a cut or rewritten tail of the log would not show")
@@ -91,7 +91,7 @@ def checkpoint_state(bot: Service) -> CheckpointState:
         return CheckpointState(str(path), "no checkpoint has been written to it yet")
     try:
         points = checkpoints.read(path)
-        count, problems = checkpoints.check(bot.db, path)
+        count, problems = checkpoints.check(service.db, path)
     except checkpoints.CheckpointError as exc:
         return CheckpointState(str(path), "", problems=[str(exc)])
     note = "the log agrees with every checkpoint" if not problems else ""

@@ -37,7 +37,7 @@ class Decision:
 
 def execution(ask: Ask) -> Response:
     execution_id = parse_id(str(ask.path["id"]))
-    with ask.bot.db.connect() as conn:
+    with ask.service.db.connect() as conn:
         ex = _visible(ask, conn, execution_id)
         hidden = secret_values(ex.params)
         events = trail.events(conn, ex.id, hidden)
@@ -73,7 +73,7 @@ def _visible(ask: Ask, conn: Connection, execution_id: int) -> Execution:
         ex = executions.get(conn, execution_id)
     except executions.NotFound:
         ex = None
-    if ex is None or not visible(ask.viewer, ex.runbook, ask.bot.config):
+    if ex is None or not visible(ask.viewer, ex.runbook, ask.service.config):
         raise NotFound(f"there is no execution {execution_id}")
     return ex
 

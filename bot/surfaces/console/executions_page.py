@@ -21,10 +21,10 @@ COLUMNS = (("ID", ""), ("Runbook", "runbook"), ("Version", ""), ("State", "state
 
 def executions(ask: Ask) -> Response:
     flt, sort, rest = filters.parse(ask.query.multi_items())
-    size = ask.bot.config.console.page_size
-    with ask.bot.db.connect() as conn:
+    size = ask.service.config.console.page_size
+    with ask.service.db.connect() as conn:
         conn.execution_options(**READ_ONLY)
-        allowed = listing.runbooks_in_scope(conn, ask.viewer, ask.bot.config)
+        allowed = listing.runbooks_in_scope(conn, ask.viewer, ask.service.config)
         found = listing.page(conn, flt, sort, allowed, size, after=rest.get("after", ""),
                              before=rest.get("before", ""))
         rows = listing.decorate(conn, found.rows)

@@ -34,8 +34,8 @@ MEDIA = {"csv": "text/csv; charset=utf-8", "jsonl": "application/jsonl; charset=
 def executions_export(fmt: str) -> Callable[[Ask], Response]:
     def handler(ask: Ask) -> Response:
         flt, sort, _ = filters.parse(ask.query.multi_items(), extra=("sort", "order"))
-        with ask.bot.db.connect() as conn:
-            allowed = listing.runbooks_in_scope(conn, ask.viewer, ask.bot.config)
+        with ask.service.db.connect() as conn:
+            allowed = listing.runbooks_in_scope(conn, ask.viewer, ask.service.config)
         query = listing.ordered(listing.matching(flt, allowed, (*listing.COLUMNS,
                                                                 listing.c.params)), sort)
 
@@ -44,7 +44,7 @@ def executions_export(fmt: str) -> Callable[[Ask], Response]:
                                                           yield_per=BATCH))
             return _pieces(_execution_lines(conn, result.partitions(BATCH), fmt))
 
-        return _download(ask.bot.db, produce, _filename("executions", flt, fmt), fmt)
+        return _download(ask.service.db, produce, _filename("executions", flt, fmt), fmt)
 
     return handler
 
@@ -53,8 +53,8 @@ def events_export(fmt: str) -> Callable[[Ask], Response]:
     def handler(ask: Ask) -> Response:
         flt, _, rest = filters.parse(ask.query.multi_items(), extra=("scope",))
         whole = _whole_log(ask, flt, rest.get("scope", "executions"))
-        with ask.bot.db.connect() as conn:
-            allowed = listing.runbooks_in_scope(conn, ask.viewer, ask.bot.config)
+        with ask.service.db.connect() as conn:
+            allowed = listing.runbooks_in_scope(conn, ask.viewer, ask.service.config)
         among = None if whole else listing.matching(flt, allowed, (listing.c.id,))
 
         def produce(conn: Connection) -> Iterator[str]:
@@ -66,7 +66,7 @@ def events_export(fmt: str) -> Callable[[Ask], Response]:
             return (piece for piece, _ in audit.lines(rows, fmt))
 
         name = _filename("audit-events" if whole else "events", flt, fmt)
-        return _download(ask.bot.db, produce, name, fmt)
+        return _download(ask.service.db, produce, name, fmt)
 
     return handler
 

@@ -37,7 +37,7 @@ def nodes(ask: Ask) -> Response:
     asked = ask.query.get("name", "").strip()
     if NAME.fullmatch(asked):
         return RedirectResponse(f"{PREFIX}/nodes/{quote(asked)}", 303, headers=SECURITY_HEADERS)
-    known = sorted(ask.bot.inventory.nodes)
+    known = sorted(ask.service.inventory.nodes)
     if asked:
         try:
             known = hostlist.expand(asked, limit=MAX_LISTED)
@@ -45,7 +45,7 @@ def nodes(ask: Ask) -> Response:
             raise BadRequest(f"{asked[:80]!r} is neither a node name nor a hostlist: {exc}") \
                 from None
     return ask.page("nodes.html", asked=asked, names=known,
-                    inventory=ask.bot.inventory)
+                    inventory=ask.service.inventory)
 
 
 def node(ask: Ask) -> Response:
@@ -53,10 +53,10 @@ def node(ask: Ask) -> Response:
     if not NAME.fullmatch(name):
         raise BadRequest(f"{name[:80]!r} is not a node name (letters, digits, '.', '_', '-')")
     before = _before(ask.query.get("before", ""))
-    with ask.bot.db.connect() as conn:
+    with ask.service.db.connect() as conn:
         touched = touching(conn, name, SHOWN, before, lambda rb: visible(
-            ask.viewer, rb, ask.bot.config))
-    known = name in ask.bot.inventory.nodes
+            ask.viewer, rb, ask.service.config))
+    known = name in ask.service.inventory.nodes
     if not known and not touched.rows and before is None:
         raise NotFound(f"no node {name}: it is not in the bot's inventory and no execution "
                        "touched it")
@@ -98,7 +98,7 @@ def _moved(row: dict[str, Any]) -> dict[str, Any]:
 def _view(ask: Ask, name: str) -> tuple[nodeview.NodeView | None, list[str]]:
     """The node now; a backend that raises anything is a problem to show, never a 500."""
     try:
-        (view,) = nodeview.build(ask.bot, [name])
+        (view,) = nodeview.build(ask.service, [name])
     except Exception as exc:  # an unexpected failure of a backend: say so and go on
         return None, [f"the node view failed: {type(exc).__name__}: {exc}"]
     return view, list(view.problems)
@@ -106,7 +106,7 @@ def _view(ask: Ask, name: str) -> tuple[nodeview.NodeView | None, list[str]]:
 
 def _systems(ask: Ask, name: str) -> dict[str, str]:
     """Why a system shows nothing for this node: not configured, or not in its pool."""
-    inventory, backends = ask.bot.inventory, ask.bot.backends
+    inventory, backends = ask.service.inventory, ask.service.backends
     found = {}
     for system, label in (("slurm", "Slurm"), ("kubernetes", "Kubernetes")):
         # a hand-off node is known to both systems, whichever pool it serves now

@@ -19,6 +19,6 @@ ROUTES: list[PageRoute] = [*executions_page.ROUTES, *execution_page.ROUTES, *nod
                            *chain_page.ROUTES, *runbooks_page.ROUTES]
 
 
-def console(bot: Service) -> Starlette:
+def console(service: Service) -> Starlette:
     """The console's application for ``bot``, with every page."""
-    return Console(bot, ROUTES).app()
+    return Console(service, ROUTES).app()

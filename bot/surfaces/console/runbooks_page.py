@@ -31,26 +31,28 @@ class Listed:
 
 
 def runbooks(ask: Ask) -> Response:
-    loaded, problem = _loaded(ask.bot)
-    with ask.bot.db.connect() as conn:
+    loaded, problem = _loaded(ask.service)
+    with ask.service.db.connect() as conn:
         recorded = {str(name): int(count) for name, count in conn.execute(
             select(runbook_versions.c.name, func.count()).group_by(runbook_versions.c.name))}
     rows = [Listed(name, loaded.get(name), recorded.get(name, 0))
             for name in sorted(set(loaded) | set(recorded))
-            if visible(ask.viewer, name, ask.bot.config)]
+            if visible(ask.viewer, name, ask.service.config)]
     return ask.page("runbooks.html", rows=rows, problem=problem)
 
 
 def runbook(ask: Ask) -> Response:
     name = _name(ask)
-    loaded, problem = _loaded(ask.bot)
-    with ask.bot.db.connect() as conn:
+    loaded, problem = _loaded(ask.service)
+    with ask.service.db.connect() as conn:
         found = versions.listing(conn, name)
     current = loaded.get(name)
     if current is None and not found:
         raise NotFound(f"no runbook {name}")
-    described = masked_text(describe_text(current, approval_policy(
-        current.runbook, ask.bot.config).describe()), _secrets(current.source)) if current else ""
+    described = ""
+    if current:
+        policy = approval_policy(current.runbook, ask.service.config)
+        described = masked_text(describe_text(current, policy.describe()), _secrets(current.source))
     newest_first = list(reversed(found))
     before = {later.version: earlier.version for earlier, later in itertools.pairwise(found)}
     return ask.page("runbook.html", name=name, current=current, described=described,
@@ -59,7 +61,7 @@ def runbook(ask: Ask) -> Response:
 
 def diff(ask: Ask) -> Response:
     name = _name(ask)
-    with ask.bot.db.connect() as conn:
+    with ask.service.db.connect() as conn:
         found = versions.listing(conn, name)
         if not found:
             raise NotFound(f"no runbook {name} was ever recorded")
@@ -81,7 +83,7 @@ def _name(ask: Ask) -> str:
     name = str(ask.path["name"])
     if not NAME.fullmatch(name):
         raise BadRequest(f"{name[:80]!r} is not a runbook name (lower-case letters, digits, -)")
-    if not visible(ask.viewer, name, ask.bot.config):
+    if not visible(ask.viewer, name, ask.service.config):
         raise NotFound(f"no runbook {name}")
     return name
 
@@ -94,10 +96,10 @@ def _secrets(source: str) -> frozenset[str]:
         return frozenset()
 
 
-def _loaded(bot: Service) -> tuple[dict[str, LoadedRunbook], str]:
+def _loaded(service: Service) -> tuple[dict[str, LoadedRunbook], str]:
     """The runbooks loaded now, and the problem that keeps them from loading, if any."""
     try:
-        return bot.runbooks(), ""
+        return service.runbooks(), ""
     except RunbookError as exc:
         return {}, str(exc)
 

@@ -30,9 +30,9 @@ ACK_THREADS = 32  # Bolt's pool only acknowledges; the work runs in the surface'
 
 
 class Listeners:
-    def __init__(self, bot: Service, client: Any, identities: Identities, work: Executor,
+    def __init__(self, service: Service, client: Any, identities: Identities, work: Executor,
                  changed: Callable[[], None]) -> None:
-        self.bot = bot
+        self.service = service
         self.client = client
         self.identities = identities
         self.work = work
@@ -49,7 +49,7 @@ class Listeners:
         line = body.get("text", "")
         refusal = self.identities.refusal(person, line)
         reply = (Reply(refusal, ok=False) if refusal is not None
-                 else commands.handle(self.bot, line, person.name))
+                 else commands.handle(self.service, line, person.name))
         respond(text=_as_code(reply.text), response_type="ephemeral", replace_original=False)
         if reply.execution_id is not None:
             self.changed()
@@ -64,7 +64,7 @@ class Listeners:
         person = self.identities.who(body["user"]["id"])
         line, problem = self._line_for(action)
         text = (self.identities.refusal(person, line) or problem
-                or commands.handle(self.bot, line, person.name).text)
+                or commands.handle(self.service, line, person.name).text)
         channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
             "channel_id")
         if channel:
@@ -84,7 +84,7 @@ class Listeners:
         if name == "deny":
             line = f'deny {head} "denied from Slack"'
             try:
-                current = self.bot.get(int(head)).plan_hash
+                current = self.service.get(int(head)).plan_hash
             except Refused as exc:
                 return line, str(exc)
             if tail != current:
@@ -108,7 +108,7 @@ class Listeners:
         it silently. (The redelivery check reads the database, so it stays off the ack path.)"""
         try:
             key = deliveries.key_of(body)
-            if key is not None and not deliveries.first_time(self.bot.db, key):
+            if key is not None and not deliveries.first_time(self.service.db, key):
                 log.info("ignored a redelivered Slack request (%s)", key.partition(":")[0])
                 return
             work(body, *args)
@@ -116,7 +116,7 @@ class Listeners:
             log.exception("Slack request failed after it was acknowledged")
 
 
-def build_app(bot: Service, secrets: SlackSecrets, client: Any, listeners: Listeners) -> App:
+def build_app(service: Service, secrets: SlackSecrets, client: Any, listeners: Listeners) -> App:
     app = App(
         client=client,
         signing_secret=secrets.signing_secret or "",

@@ -50,8 +50,8 @@ class Poster:
     whose progress lines it receives.
     """
 
-    def __init__(self, bot: Service, client: Any, channel: str, poll_seconds: float) -> None:
-        self.bot = bot
+    def __init__(self, service: Service, client: Any, channel: str, poll_seconds: float) -> None:
+        self.service = service
         self.client = client
         self.channel = channel
         self.poll_seconds = poll_seconds
@@ -88,7 +88,7 @@ class Poster:
             try:
                 self.tick()
                 if time.monotonic() - last_prune > 3600:
-                    deliveries.prune(self.bot.db)
+                    deliveries.prune(self.service.db)
                     last_prune = time.monotonic()
             except Exception:  # Slack or the database hiccuped: try again next tick
                 log.exception("posting progress to Slack failed; retrying")
@@ -106,7 +106,7 @@ class Poster:
     # --- executions -----------------------------------------------------------------
 
     def _post_new_executions(self) -> None:
-        with self.bot.db.connect() as conn:
+        with self.service.db.connect() as conn:
             posted = select(chat_messages.c.subject)
             rows = conn.execute(
                 select(executions_table.c.id).where(
@@ -143,8 +143,8 @@ class Poster:
                 self._set(subject, final=1)
 
     def _read(self, execution_id: int) -> tuple[Execution, list[str], Any]:
-        ex = self.bot.get(execution_id)  # ends it first if its approval window passed
-        with self.bot.db.connect() as conn:
+        ex = self.service.get(execution_id)  # ends it first if its approval window passed
+        with self.service.db.connect() as conn:
             return (ex, executions.approvals_for(conn, ex.id, ex.plan_hash),
                     executions.step_states_of(conn, ex.id))
 
@@ -157,7 +157,7 @@ class Poster:
                                          text="```" + "\n".join(chunk) + "```")
 
     def _summary(self, ex: Execution) -> str:
-        with self.bot.db.connect() as conn:
+        with self.service.db.connect() as conn:
             events = list(audit.events(conn, execution_id=ex.id))
         checks = [e["data"] for e in events if e["kind"] == Kind.CHECK_EVALUATED]
         started = next((e["ts"] for e in events if e["kind"] == Kind.STARTED), None)
@@ -170,7 +170,7 @@ class Poster:
         """A PNG a step wrote (its details' ``chart``: path, sha256; report.fairshare's),
         uploaded once into the thread (files_upload_v2); a file that is gone or changed since
         the step kept its hash is said in the thread instead."""
-        with self.bot.db.connect() as conn:
+        with self.service.db.connect() as conn:
             finished = [e["data"] for e in audit.events(conn, execution_id=ex.id)
                         if e["kind"] == Kind.STEP_FINISHED]
         for data in finished:
@@ -204,7 +204,7 @@ class Poster:
     # --- questions a running step asks (chat.confirm) -------------------------------------
 
     def _questions(self, ex: Execution, root_ts: str) -> None:
-        with self.bot.db.connect() as conn:
+        with self.service.db.connect() as conn:
             question = confirming.pending(conn, ex.id)
         if question is not None:
             subject = f"confirm:{ex.id}:{question.step_id}"
@@ -213,7 +213,7 @@ class Poster:
             self._post(subject, message, thread_ts=root_ts)
         for subject, ts, _ in self._open_messages(f"confirm:{ex.id}:%"):
             step_id = subject.split(":", 2)[2]
-            with self.bot.db.connect() as conn:
+            with self.service.db.connect() as conn:
                 row = conn.execute(select(confirmations).where(
                     confirmations.c.execution_id == ex.id,
                     confirmations.c.step_id == step_id)).first()
@@ -229,14 +229,14 @@ class Poster:
     # --- proposals ----------------------------------------------------------------------
 
     def _proposals(self) -> None:
-        with self.bot.db.connect() as conn:
+        with self.service.db.connect() as conn:
             open_ids = conn.execute(select(proposals.c.id).where(
                 proposals.c.state == "open")).scalars().all()
         for proposal_id in open_ids:
-            proposal = proposing.get(self.bot, proposal_id)
+            proposal = proposing.get(self.service, proposal_id)
             self._post(f"proposal:{proposal_id}", blocks.proposal_message(proposal))
         for subject, ts, rendered in self._open_messages("proposal:%"):
-            proposal = proposing.get(self.bot, int(subject.split(":")[1]))
+            proposal = proposing.get(self.service, int(subject.split(":")[1]))
             message = blocks.proposal_message(proposal)
             if _digest(message) != rendered:
                 self.client.chat_update(channel=self.channel, ts=ts, text=message.text,
@@ -251,7 +251,7 @@ class Poster:
 
     def _breaker(self) -> None:
         """Say once in the channel that the breaker tripped (whichever replica posts)."""
-        tripped = breaker.tripped(self.bot)
+        tripped = breaker.tripped(self.service)
         if tripped is None:
             return
         seq, reason = tripped
@@ -265,7 +265,7 @@ class Poster:
 
     def _overdue_windows(self) -> None:
         """Say once that a window passed its end and waits for runs inside it."""
-        for window, waiting in windows.overdue(self.bot):
+        for window, waiting in windows.overdue(self.service):
             text = ":hourglass: " + windows.overdue_text(window, waiting)
             self._post(f"window-overdue:{window.id}", Message(text, [
                 {"type": "section", "text": {"type": "mrkdwn", "text": text}}]))
@@ -275,7 +275,7 @@ class Poster:
     def _claim(self, subject: str) -> bool:
         """The subject's row, ours to post; False when posted already (or by another replica)."""
         try:
-            with self.bot.db.begin() as conn:
+            with self.service.db.begin() as conn:
                 conn.execute(chat_messages.insert().values(
                     subject=subject, channel=self.channel, ts=None, rendered=None, final=0,
                     updated_at=now_iso()))
@@ -291,13 +291,13 @@ class Poster:
             answer = self.client.chat_postMessage(channel=self.channel, text=message.text,
                                                   blocks=message.blocks, thread_ts=thread_ts)
         except Exception:
-            with self.bot.db.begin() as conn:
+            with self.service.db.begin() as conn:
                 conn.execute(delete(chat_messages).where(chat_messages.c.subject == subject))
             raise
         self._set(subject, ts=str(answer["ts"]), rendered=_digest(message))
 
     def _open_messages(self, pattern: str) -> list[tuple[str, str, str | None]]:
-        with self.bot.db.connect() as conn:
+        with self.service.db.connect() as conn:
             return [(r.subject, r.ts, r.rendered) for r in conn.execute(
                 select(chat_messages).where(chat_messages.c.subject.like(pattern),
                                             chat_messages.c.final == 0,
@@ -305,7 +305,7 @@ class Poster:
                 .order_by(chat_messages.c.updated_at))]
 
     def _set(self, subject: str, **values: Any) -> None:
-        with self.bot.db.begin() as conn:
+        with self.service.db.begin() as conn:
             _update(conn, subject, values)
 
 

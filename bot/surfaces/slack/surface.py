@@ -38,19 +38,19 @@ def web_client(secrets: SlackSecrets) -> Any:
 
 
 class SlackSurface:
-    def __init__(self, bot: Service, secrets: SlackSecrets) -> None:
-        assert bot.config.slack is not None
+    def __init__(self, service: Service, secrets: SlackSecrets) -> None:
+        assert service.config.slack is not None
         self.secrets = secrets
         self.client = web_client(secrets)
-        self.poster = Poster(bot, self.client, bot.config.slack.channel,
-                             bot.config.slack.poll_seconds)
-        self.identities = Identities(bot.config, self.client)
+        self.poster = Poster(service, self.client, service.config.slack.channel,
+                             service.config.slack.poll_seconds)
+        self.identities = Identities(service.config, self.client)
         self.work = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="slack-work")
         # Bolt's dispatch of what /slack/events acknowledged at once (_acknowledged_at_once)
         self.dispatching = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="slack-dispatch")
-        listeners = Listeners(bot, self.client, self.identities, self.work, self.poster.nudge)
+        listeners = Listeners(service, self.client, self.identities, self.work, self.poster.nudge)
         try:
-            self.app = build_app(bot, secrets, self.client, listeners)  # calls auth.test
+            self.app = build_app(service, secrets, self.client, listeners)  # calls auth.test
         except Exception as exc:
             raise SlackSetupError(f"Slack did not accept the bot token at "
                                   f"{secrets.api_url or SLACK_API}: {_reason(exc)}") from exc
@@ -147,10 +147,10 @@ def _signed(secret: str | None, body: str, headers: Mapping[str, str]) -> bool:
         return False
 
 
-def from_environment(bot: Service) -> SlackSurface | None:
+def from_environment(service: Service) -> SlackSurface | None:
     """The Slack surface when its secrets are set (None when Slack is not set up)."""
-    secrets = slack_secrets.load(bot.config.slack)
-    return None if secrets is None else SlackSurface(bot, secrets)
+    secrets = slack_secrets.load(service.config.slack)
+    return None if secrets is None else SlackSurface(service, secrets)
 
 
 def _reason(exc: Exception) -> str:
