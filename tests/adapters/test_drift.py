@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from adapters.actions import ActionContext, ActionError
-from adapters.drift import DriftArguments, DriftReportAction
-from adapters.drift.judging import (
+from adapters.kubernetes.backend import KubernetesUnavailable, Node
+from adapters.kubernetes.fake import DRIVER_VERSION_LABEL, FakeKubernetes
+from adapters.prometheus.backend import PrometheusUnavailable, Sample
+from adapters.reports.drift.judging import (
     FIRMWARE_FIX,
     Gpu,
     NodeVersions,
@@ -24,7 +26,8 @@ from adapters.drift.judging import (
     judge_driver,
     majority,
 )
-from adapters.drift.sources import (
+from adapters.reports.drift.report import DriftArguments, DriftReportAction
+from adapters.reports.drift.sources import (
     CLUSTERPOLICY,
     DRIVER_LABEL,
     INFOROM_LABEL,
@@ -32,9 +35,6 @@ from adapters.drift.sources import (
     DaemonVersions,
     dcgm_gpus,
 )
-from adapters.kubernetes.backend import KubernetesUnavailable, Node
-from adapters.kubernetes.fake import DRIVER_VERSION_LABEL, FakeKubernetes
-from adapters.prometheus.backend import PrometheusUnavailable, Sample
 from adapters.slurm.backend import SlurmError
 from adapters.slurm.daemons import NodeDaemon
 

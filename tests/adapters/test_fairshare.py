@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 
 from adapters.actions import ActionContext, ActionError
-from adapters.fairshare import (
+from adapters.kubernetes.backend import KubernetesUnavailable
+from adapters.kubernetes.fake import FakeKubernetes
+from adapters.reports.fairshare import (
     KUEUE,
     PNG_SIGNATURE,
     FairshareArguments,
     FairshareReviewAction,
     kueue_lines,
 )
-from adapters.kubernetes.backend import KubernetesUnavailable
-from adapters.kubernetes.fake import FakeKubernetes
 from adapters.slurm import fairshare as slurm
 from adapters.slurm.backend import SlurmError
 from adapters.slurm.cli import CliBackend
@@ -344,8 +344,8 @@ def test_kueue_quantities() -> None:
 
 
 def test_the_chart_module_does_not_import_matplotlib_at_import() -> None:
-    code = ("import sys, adapters.fairshare, adapters.registry; adapters.registry.registered(); "
-            "print('matplotlib' in sys.modules)")
+    code = ("import sys, adapters.reports.fairshare, adapters.registry; "
+            "adapters.registry.registered(); print('matplotlib' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=Path(__file__).parents[2])
     assert done.stdout.strip() == "False"

@@ -15,7 +15,7 @@ from adapters.prometheus.gate import GpuGate
 from adapters.prometheus.identity import dcgm_identities
 from adapters.prometheus.soak import ErrorWatch
 from adapters.prometheus.template import QueryShapeError, build, seal
-from adapters.reports import GpuUsageArguments, GpuUsageReportAction
+from adapters.reports.gpu_usage import GpuUsageArguments, GpuUsageReportAction
 from tests.adapters.promql_shape import HOSTILE, structure, values
 
 

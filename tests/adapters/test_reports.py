@@ -13,7 +13,7 @@ import pytest
 
 from adapters.actions import ActionContext, ActionError
 from adapters.prometheus.backend import PrometheusUnavailable, Sample
-from adapters.reports import GpuUsageArguments, GpuUsageReportAction
+from adapters.reports.gpu_usage import GpuUsageArguments, GpuUsageReportAction
 from adapters.slurm.backend import AccountUsage, NodeInfo, SlurmError
 from adapters.slurm.fake import FakeSlurm
 

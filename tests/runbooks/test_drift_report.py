@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import generate_latest
 
-from adapters.drift.sources import dcgm_gpus, labels_query
+from adapters.reports.drift.sources import dcgm_gpus, labels_query
 from bot.config import EngineConfig, load_config
 from bot.execution.engine import Engine
 from bot.runtime import metrics

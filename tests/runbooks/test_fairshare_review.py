@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from slack_sdk import WebClient
 
-from adapters.fairshare import PNG_SIGNATURE
+from adapters.reports.fairshare import PNG_SIGNATURE
 from bot.config import EngineConfig, load_config
 from bot.execution.engine import Engine
 from bot.service import Service

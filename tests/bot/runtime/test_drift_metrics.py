@@ -10,8 +10,8 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from adapters.drift import DriftReportAction
-from adapters.drift.sources import DaemonVersions
+from adapters.reports.drift.report import DriftReportAction
+from adapters.reports.drift.sources import DaemonVersions
 from bot.config.drivers import DriversConfig
 from bot.execution.checks.core import Checks
 from bot.runbooks.catalogue import Catalogue

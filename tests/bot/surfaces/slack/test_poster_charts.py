@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from adapters.fairshare import PNG_SIGNATURE, FairshareReviewAction
+from adapters.reports.fairshare import PNG_SIGNATURE, FairshareReviewAction
 from bot.execution.engine import Engine
 from bot.runbooks.catalogue import Catalogue
 from bot.service import Service

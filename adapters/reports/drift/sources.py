@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from adapters.drift.judging import Gpu
 from adapters.kubernetes.backend import KubernetesBackend, KubernetesNotFound
 from adapters.prometheus.promql import selector
+from adapters.reports.drift.judging import Gpu
 
 if TYPE_CHECKING:
     from adapters.slurm.daemons import DaemonReads

@@ -1,5 +1,4 @@
-"""The drift report (``report.drift``): each pool's nodes against the driver, firmware and
-Slurm versions the pool should run; judging.py compares, sources.py reads, report.py writes.
+"""The drift report's registry entry (``report.drift``).
 
 Enabled by the prometheus section (DCGM's labels are its main source); reads Kubernetes and
 Slurm too where they are configured.
@@ -10,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from adapters.drift.report import DriftArguments, DriftReportAction
-from adapters.drift.sources import DaemonVersions
 from adapters.prometheus.config import PrometheusConfig
 from adapters.registry import Adapter, Built
+from adapters.reports.drift.report import DriftReportAction
+from adapters.reports.drift.sources import DaemonVersions
 
 ACTION_CLASSES: tuple[type[DriftReportAction], ...] = (DriftReportAction,)
 
@@ -32,5 +31,3 @@ def _build(config: PrometheusConfig, backends: Mapping[str, Any]) -> Built:
 
 ADAPTER = Adapter("drift", "prometheus", PrometheusConfig, ACTION_CLASSES, _build,
                   uses=("slurm", "kubernetes", "prometheus"))
-
-__all__ = ["ACTION_CLASSES", "ADAPTER", "DriftArguments", "DriftReportAction"]

@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from adapters.actions import ActionContext, ActionError, ActionResult, StrictArguments
-from adapters.drift.judging import (
+from adapters.kubernetes.backend import KubernetesBackend
+from adapters.reports.drift.judging import (
     Finding,
     Gpu,
     NodeVersions,
@@ -24,7 +25,7 @@ from adapters.drift.judging import (
     driver_fix,
     judge,
 )
-from adapters.drift.sources import (
+from adapters.reports.drift.sources import (
     Operator,
     Querier,
     SlurmVersions,
@@ -32,7 +33,6 @@ from adapters.drift.sources import (
     labels_query,
     operator,
 )
-from adapters.kubernetes.backend import KubernetesBackend
 
 POOLS = ("slurm", "kubernetes")
 
