@@ -1,4 +1,5 @@
-"""Request parameters: ``key=value`` parsing and validation against a runbook.
+"""Request parameters: validation against a runbook (the chat grammar, bot.surfaces.chat.words,
+reads the ``key=value`` words).
 
 Everything a person types is checked here, before any plan is made. Values
 never reach a shell, yet characters that only make sense to a shell are still
@@ -11,8 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +23,6 @@ from kit.durations import format_duration, parse_duration
 if TYPE_CHECKING:  # annotations only: the inventory (runbook node) needs no runbook model
     from bot.runbooks.model import ParamSpec, Runbook
 
-MAX_VALUE = 4096  # no parameter value is longer; max_length narrows it further
-KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
 NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 VERSION = re.compile(r"^\d+(?:\.\d+){0,3}(?:[-+][0-9A-Za-z.-]{1,40})?$")
 SHELLISH = re.compile(r"[`$;|&<>\\]")
@@ -76,35 +74,6 @@ class Inventory:
             **{f"{system}_name": _Names(self.names.get(system, {}))
                for system in ("slurm", "kubernetes", "dcgm")},
         }
-
-
-def split_words(text: str) -> list[str]:
-    """Split a chat line like ``run drain-node reason="XID 79"`` into words."""
-    try:
-        return shlex.split(text)
-    except ValueError as exc:
-        raise ParamError([f"cannot read the command: {exc} (check the quotes)"]) from exc
-
-
-def parse_assignments(words: Iterable[str]) -> dict[str, str]:
-    """``["node=gpu07", "reason=XID 79"]`` -> mapping; every word must be key=value."""
-    values: dict[str, str] = {}
-    problems: list[str] = []
-    for word in words:
-        key, sep, value = word.partition("=")
-        if not sep:
-            problems.append(f'"{_short(word)}" is not key=value (for example node=gpu07)')
-        elif not KEY.fullmatch(key):
-            problems.append(f'"{_short(key)}" is not a parameter name')
-        elif key in values:
-            problems.append(f"{key} is given twice")
-        elif len(value) > MAX_VALUE:
-            problems.append(f"{key}: the value is {len(value)} characters; at most {MAX_VALUE}")
-        else:
-            values[key] = value
-    if problems:
-        raise ParamError(problems)
-    return values
 
 
 def validate(runbook: Runbook, raw: Mapping[str, Any], inventory: Inventory) -> dict[str, Any]:

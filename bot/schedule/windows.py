@@ -22,14 +22,7 @@ from bot.execution.approval import approval_problem, may_steer, unapprovable
 from bot.execution.executions import TERMINAL
 from bot.execution.planning import ApprovalPolicy, approval_policy, runbook_nodes
 from bot.runbooks import secrets
-from bot.runbooks.params import (
-    CONTROL,
-    SHELLISH,
-    ParamError,
-    params_text,
-    parse_assignments,
-    split_words,
-)
+from bot.runbooks.params import CONTROL, SHELLISH, params_text
 from bot.schedule import ahead
 from bot.schedule.scheduling import (
     now_utc,
@@ -223,50 +216,45 @@ def plans_digest(plans: list[dict[str, Any]]) -> str:
 # --- creating ---------------------------------------------------------------------------
 
 
-def parse_runbooks(text: str) -> list[tuple[str, dict[str, str]]]:
-    """``"drain-node node=gpu04 reason=x; resume-node node=gpu04"`` -> [(name, params)]."""
-    found: list[tuple[str, dict[str, str]]] = []
-    for part in (p.strip() for p in text.split(";")):
-        if not part:
-            continue
-        try:
-            words = split_words(part)
-            found.append((words[0], parse_assignments(words[1:])))
-        except ParamError as exc:
-            raise Refused(f'runbooks: "{part[:80]}": {exc}') from None
-    if len(found) > MAX_INSIDE:
-        raise Refused(f"runbooks: {len(found)} runbooks; a window runs at most {MAX_INSIDE}")
-    return found
+Inside = Sequence[tuple[str, Mapping[str, str]]]  # the runbooks to run inside: (name, params)
 
 
 def create(service: Service, nodes: str, user: str, *, start: str, duration: str,
-           runbooks: str = "", reason: str = "maintenance window",
+           runbooks: Inside = (), reason: str = "maintenance window",
            tz: str | None = None) -> Window:
     """Check, plan and store a window; Refused (nothing stored) when anything is wrong.
 
         window create NODES start="2026-12-05 02:00" duration=4h [tz=...] [reason=...]
                       [runbooks="drain-node node=gpu04 reason=fw; resume-node node=gpu04"]
+
+    The surfaces read the ``runbooks=`` text (bot.surfaces.chat.words) and hand the list.
     """
     try:
         return _create(service, nodes, user, start, duration, runbooks, reason, tz)
     except Refused as exc:
-        shown = _shown(service, runbooks)  # before the write: it may load the runbooks
-        with service.db.begin() as conn:
-            audit.append(conn, Kind.WINDOW_REFUSED, user, {
-                "nodes": nodes[:200], "start": start[:40], "duration": duration[:40],
-                "runbooks": shown[:2000], "reason": str(exc)[:2000]})
+        refused(service, user, nodes=nodes, start=start, duration=duration,
+                runbooks=_shown(service, runbooks), problem=str(exc))
         raise
 
 
+def refused(service: Service, user: str, *, nodes: str, start: str, duration: str,
+            runbooks: str, problem: str) -> None:
+    """Record a refused window (its runbooks as text, secret values left out)."""
+    with service.db.begin() as conn:
+        audit.append(conn, Kind.WINDOW_REFUSED, user, {
+            "nodes": nodes[:200], "start": start[:40], "duration": duration[:40],
+            "runbooks": runbooks[:2000], "reason": problem[:2000]})
+
+
 def _create(service: Service, nodes_text: str, user: str, start: str, duration: str,
-            runbooks_text: str, reason: str, tz: str | None) -> Window:
+            runbooks: Inside, reason: str, tz: str | None) -> Window:
     if not service.config.matches(user, service.config.requesters, requesting=True):
         raise Refused(f"{user} may not request runbooks, so may not create windows either "
                       f"(requesters: {', '.join(service.config.requesters)})")
     names = _known_nodes(service, nodes_text)
     nodes = hostlist.compress(names)
     starts, seconds = _when(service, start, duration, tz)
-    inside = _plans_inside(service, runbooks_text, frozenset(names), nodes)
+    inside = _plans_inside(service, runbooks, frozenset(names), nodes)
     created = now_iso()
     with service.db.begin() as conn:  # an ID first: the window's plans name it
         result = conn.execute(maintenance_windows.insert().values(
@@ -341,21 +329,19 @@ def _approvable(policy: ApprovalPolicy, runbook: str) -> None:
         raise Refused(f"runbooks: {problem}" if runbook != OPEN_RUNBOOK else problem)
 
 
-def _shown(service: Service, runbooks_text: str) -> str:
+def _shown(service: Service, runbooks: Inside) -> str:
     """A refused window's runbooks as the audit log keeps them: secret values left out."""
-    try:
-        found = parse_runbooks(runbooks_text)
-    except Refused:
-        return runbooks_text
     return "; ".join(" ".join([name, *(f"{k}={v}" for k, v in secrets.scrub_raw(
-        service.known(name), params).items())]) for name, params in found)
+        service.known(name), params).items())]) for name, params in runbooks)
 
 
-def _plans_inside(service: Service, runbooks_text: str, window_nodes: frozenset[str],
+def _plans_inside(service: Service, runbooks: Inside, window_nodes: frozenset[str],
                   nodes: str) -> list[dict[str, Any]]:
     """Plan each runbook to run inside the window; each must stay on the window's nodes."""
+    if len(runbooks) > MAX_INSIDE:
+        raise Refused(f"runbooks: {len(runbooks)} runbooks; a window runs at most {MAX_INSIDE}")
     inside = []
-    for name, params in parse_runbooks(runbooks_text):
+    for name, params in runbooks:
         if name in (OPEN_RUNBOOK, CLOSE_RUNBOOK):
             raise Refused(f"runbooks: {name} is what the window itself runs")
         plan = service.plan(name, params, window=window_nodes)
@@ -367,7 +353,7 @@ def _plans_inside(service: Service, runbooks_text: str, window_nodes: frozenset[
         if outside:
             raise Refused(f"runbooks: {name} acts on {hostlist.compress(sorted(outside))}, "
                           f"outside the window's nodes {nodes}")
-        inside.append({"runbook": name, "params": params, "plan_hash": plan.hash,
+        inside.append({"runbook": name, "params": dict(params), "plan_hash": plan.hash,
                        "required": plan.approval.required})
     return inside
 

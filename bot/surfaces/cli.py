@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from bot.store.words import Kind, State
 from bot.surfaces import setup_commands
-from kit import logs
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from bot.config import Config
+    from bot.runtime.startup import Plugin
     from bot.service import Service
     from bot.surfaces.slack.surface import SlackSurface
 
@@ -400,8 +400,8 @@ def _unlisted_host_commands(config: Config, found: Any) -> list[str]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from bot.runbooks.params import parse_assignments
     from bot.surfaces import json_output
+    from bot.surfaces.chat.words import parse_assignments
     from bot.surfaces.rendering import plan_text
     from bot.surfaces.secret_prompt import filled
 
@@ -415,7 +415,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bot.runbooks.params import ParamError, parse_assignments
+    from bot.runbooks.params import ParamError
+    from bot.surfaces.chat.words import parse_assignments
     from bot.surfaces.secret_prompt import filled
     from kit.errors import Refused
 
@@ -721,85 +722,28 @@ def cmd_engine(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import logging
-    import signal
-    import threading
+    """Assembled in bot.runtime.startup; the surfaces it serves are plugged in here."""
+    from bot.runtime import startup
 
-    from bot.runtime.access import AlertsAuthError, alerts_access
-    from bot.runtime.httpserver import ListenError
-    from bot.runtime.serving import serve
-    from bot.runtime.tasks import intake_task, scheduler_task
-
-    config = _config(args)
-    _log_format(config)  # before anything logs: the Slack surface logs its scopes
-    host = args.host or config.server.host
-    port = args.port or config.server.port
-    try:  # before anything starts: /alerts must not be open to the network by mistake
-        alerts = alerts_access(config.server, host)
-    except AlertsAuthError as exc:
-        raise UsageError(str(exc)) from None
-    if alerts.warning:
-        logs.liner("bot.serve", "warning: ", logging.WARNING, sys.stderr)(alerts.warning)
-    if args.init_db:  # after the checks above: a refused start creates nothing
-        from bot.store import db
-
-        db.init(config.resolved_database_url())
-    service = _bot(args, config)
-    service.runbooks()
-    slack = _slack_surface(service)
-    routes = dict(slack.routes()) if slack else {}
-    tasks = list(slack.tasks()) if slack else []
-    # schedules and windows: fired by the leader only, like the engine runs executions
-    tasks.append(scheduler_task(service, logs.liner("bot.scheduler", "[scheduler] ")))
-    # drains and node conditions the bot did not make: proposals, by the leader
-    tasks.append(intake_task(service, logs.liner("bot.intake", "[intake] ")))
-    tasks += _audit_tasks(service, slack)
-    tasks += _ship_tasks(service)  # the audit log to syslog and OTLP receivers, by the leader
-    report = logs.report
-    if slack is not None:
-        surface = slack
-
-        def report(execution_id: int, line: str) -> None:
-            logs.report(execution_id, line)
-            surface.report(execution_id, line)
-
-    from bot.surfaces.console.pages import console
-
-    mounts = {"/ui": console(service)}  # the read-only console; it refuses all without identity
-    paths = ", ".join(["/alerts", "/healthz", "/metrics", *routes, "/ui/"])
-    scheme = "https" if config.server.tls_cert_file else "http"
-    logs.liner("bot.serve")(f"serving on {scheme}://{host}:{port} ({paths})" + (
-        f"; Slack in {slack.mode} mode" if slack else "; Slack not set up"))
-    stop = threading.Event()  # SIGTERM (a pod stopping): give the leadership up, then exit
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    options = startup.Options(host=args.host, port=args.port, init_db=args.init_db)
     try:
-        serve(service, host, port, report, stop, routes=routes, tasks=tasks, alerts=alerts,
-              mounts=mounts)
-    except ListenError as exc:
+        startup.run(_config(args), options, lambda config: _bot(args, config), _plugins)
+    except startup.StartError as exc:
         raise UsageError(str(exc)) from None
     return EXIT_OK
 
 
-def _audit_tasks(service: Service, slack: Any) -> list[Any]:
-    """The leader keeps the log's head apart: in a file, in the chat, or both."""
-    from bot.runtime.tasks import checkpoint_task
+def _plugins(service: Service) -> list[Plugin]:
+    """What serve offers beyond its own routes: Slack (when set up) and the console."""
+    from bot.runtime.startup import Plugin
+    from bot.surfaces.console.pages import console
 
-    audit_config = service.config.audit
-    post = slack.poster.checkpoint if slack is not None and audit_config.checkpoint_chat else None
-    if audit_config.checkpoint_file is None and post is None:
-        return []
-    return [checkpoint_task(service, audit_config.checkpoint_file,
-                            logs.liner("bot.audit", "[audit] "), post)]
-
-
-def _ship_tasks(service: Service) -> list[Any]:
-    from bot.runtime.shipping import ShippingSetupError, ship_tasks
-
-    try:  # a certificate or headers file that cannot be used stops the start, saying which
-        return list(ship_tasks(service, logs.liner("bot.audit.ship", "[audit-ship] ")))
-    except ShippingSetupError as exc:
-        raise UsageError(str(exc)) from None
+    slack = _slack_surface(service)
+    chat = Plugin(note="; Slack not set up") if slack is None else Plugin(
+        routes=dict(slack.routes()), tasks=list(slack.tasks()), report=slack.report,
+        checkpoint_post=slack.poster.checkpoint, note=f"; Slack in {slack.mode} mode")
+    # the read-only console; it refuses all without identity
+    return [chat, Plugin(mounts={"/ui": console(service)}, shown=["/ui/"])]
 
 
 def cmd_console(args: argparse.Namespace) -> int:
@@ -817,16 +761,6 @@ def cmd_console(args: argparse.Namespace) -> int:
         raise UsageError("a console password must be at least 12 characters")
     print(hash_password(password))
     return EXIT_OK
-
-
-def _log_format(config: Config) -> None:
-    """The bot's log lines on stderr, one per HTTP request among them (bot.runtime.web: never
-    a header or a body): text, or JSON (logging.format, RUNBOOK_LOG_FORMAT)."""
-    try:
-        fmt = logs.chosen(config.logging.format, os.environ)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    logs.install(fmt)
 
 
 def _slack_surface(service: Service) -> SlackSurface | None:
@@ -888,11 +822,11 @@ def cmd_proposals(args: argparse.Namespace) -> int:
     import time
     from datetime import datetime
 
-    from bot.alerts import proposing
+    from bot import commands
     from bot.runbooks.params import params_text
 
     service = _bot(args)
-    found = proposing.listing(service, open_only=not args.all)
+    found = commands.list_proposals(service, open_only=not args.all)
     if args.json:
         print(json.dumps([p.__dict__ for p in found], indent=2))
         return EXIT_OK
@@ -914,13 +848,14 @@ def cmd_breaker(args: argparse.Namespace) -> int:
     import dataclasses
     import json
 
+    from bot import commands
     from bot.alerts import breaker
 
     service = _bot(args)
     if args.action == "reset":
-        now = breaker.reset(service, _user(args, service), args.reason or "")
+        now = commands.reset_breaker(service, _user(args, service), args.reason or "")
     else:
-        now = breaker.status(service)
+        now = commands.breaker_status(service)
     if args.json:
         print(json.dumps(dataclasses.asdict(now), indent=2))
     else:
@@ -935,17 +870,17 @@ def _age(seconds: float) -> str:
 
 
 def cmd_proposal(args: argparse.Namespace) -> int:
-    from bot.alerts import proposing
+    from bot import commands
 
     service = _bot(args)
     user = _user(args, service)
     if args.action == "run":
-        execution_id = proposing.run(service, args.id, user)
+        execution_id = commands.run_proposal(service, args.id, user)
         print(f"execution {execution_id}")
         ex = service.get(execution_id)
         print(f"proposal {args.id}: {ex.runbook} requested by {user}; now {ex.state}")
     else:
-        proposing.dismiss(service, args.id, user, args.reason)
+        commands.dismiss_proposal(service, args.id, user, args.reason)
         print(f"proposal {args.id}: dismissed by {user}")
     return EXIT_OK
 
@@ -975,16 +910,17 @@ def cmd_scheduled(args: argparse.Namespace, noun: str) -> int:
 
 def _scheduled_json(service: Service, noun: str, words: list[str]) -> int:
     """``schedule|window list [all] --json`` (a list) and ``show ID --json`` (one)."""
-    from bot.schedule import scheduling, windows
+    from bot import commands
     from bot.surfaces import json_output
 
-    module: Any = scheduling if noun == "schedule" else windows
-    shape = json_output.schedule if noun == "schedule" else json_output.window
+    shape: Any = json_output.schedule if noun == "schedule" else json_output.window
+    listing: Any = commands.list_schedules if noun == "schedule" else commands.list_windows
+    one: Any = commands.get_schedule if noun == "schedule" else commands.get_window
     if words[0] == "list" and words[1:] in ([], ["all"]):
         return _print_json([shape(found) for found in
-                            module.listing(service, everything=words[1:] == ["all"])])
+                            listing(service, everything=words[1:] == ["all"])])
     if words[0] == "show" and len(words) == 2 and words[1].isdigit():
-        return _print_json(shape(module.get(service, int(words[1]))))
+        return _print_json(shape(one(service, int(words[1]))))
     raise UsageError(f"--json shows {noun}s: {noun} list [all] --json, {noun} show ID --json")
 
 
@@ -997,6 +933,7 @@ def _print_json(value: Any) -> int:
 
 def _follow_window(service: Service, window_id: int) -> int:
     """Drive a window's executions here until it is open with its runbooks done, or ended."""
+    from bot import commands
     from bot.execution.engine import Engine
     from bot.schedule import windows
     from bot.surfaces import schedule_text
@@ -1005,10 +942,10 @@ def _follow_window(service: Service, window_id: int) -> int:
     waiting_said = False
     try:
         while True:
-            for note in windows.advance(service, window_id):
+            for note in commands.advance_windows(service, window_id):
                 print(f"[window {window_id}] {note}", flush=True)
             engine.run_pending(once=True)
-            window = windows.get(service, window_id)
+            window = commands.get_window(service, window_id)
             if window.state in windows.ENDED or (
                     window.state == windows.OPEN and windows.inside_done(window)):
                 break

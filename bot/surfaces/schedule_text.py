@@ -1,10 +1,11 @@
 """Schedules and maintenance windows as text for people: one line in a list, the whole
-story in ``show``. Reads only; the rules live in bot.schedule."""
+story in ``show``. Reads only, through bot.commands; the rules live in bot.schedule."""
 
 from __future__ import annotations
 
+from bot import commands
 from bot.runbooks.params import params_text
-from bot.schedule import scheduling, windows
+from bot.schedule import scheduling
 from bot.schedule.scheduling import Schedule
 from bot.schedule.windows import Window
 from bot.service import Service
@@ -16,7 +17,7 @@ def schedule_line(service: Service, schedule: Schedule) -> str:
     nxt = f"next {scheduling.utc_iso(upcoming)}" if upcoming else "no next run"
     approve = ""
     if schedule.approve == "ahead":
-        names = scheduling.approvers_ahead(service, schedule)
+        names = commands.schedule_approvers(service, schedule)
         approve = f", approved ahead by {', '.join(names) or 'nobody yet'}"
     missed_text = f", MISSED {schedule.missed}" if schedule.missed else ""
     last = f"; last: {schedule.last_outcome}" if schedule.last_outcome else ""
@@ -26,7 +27,7 @@ def schedule_line(service: Service, schedule: Schedule) -> str:
 
 
 def schedule_text(service: Service, schedule: Schedule) -> str:
-    names = scheduling.approvers_ahead(service, schedule)
+    names = commands.schedule_approvers(service, schedule)
     upcoming = scheduling.next_fire(schedule)
     lines = [
         f"schedule {schedule.id}: {schedule.runbook} — {schedule.state.upper()}",
@@ -53,8 +54,8 @@ def window_line(window: Window) -> str:
 
 
 def window_text(service: Service, window: Window) -> str:
-    systems = windows.system_nodes(service, window.names)
-    names = windows.approvers_ahead(service, window)
+    systems = commands.window_systems(service, window)
+    names = commands.window_approvers(service, window)
     counts = ", ".join(
         f"{p['runbook']} {min(len(names), p['required'])}/{p['required']}"
         for p in window.plans if p["required"])

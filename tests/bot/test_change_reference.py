@@ -24,6 +24,7 @@ from bot.store import audit
 from bot.store.schema import executions, locks, maintenance_windows, schedules
 from bot.surfaces import rendering
 from bot.surfaces.chat import commands
+from bot.surfaces.chat.words import runbook_list
 from bot.surfaces.slack.blocks import plan_message
 from kit.errors import Refused
 from tests.bot import fakes
@@ -141,10 +142,10 @@ def test_a_window_needs_one_for_each_such_runbook(make_bot: BotFactory) -> None:
     for spec in ("risky node=gpu03", "risky node=gpu03 change=X1"):
         with pytest.raises(Refused, match="change"):
             windows.create(bot, "gpu03", "alice", start="2030-01-01 02:00", duration="2h",
-                           runbooks=spec)
+                           runbooks=runbook_list(spec))
     assert rows(bot, maintenance_windows) == 0
     window = windows.create(bot, "gpu03", "alice", start="2030-01-01 02:00", duration="2h",
-                            runbooks="risky node=gpu03 change=CHG0001")
+                            runbooks=[("risky", {"node": "gpu03", "change": "CHG0001"})])
     assert window.plans[-1]["params"]["change"] == "CHG0001"  # asked again as it fires
 
 

@@ -232,7 +232,7 @@ def test_schedules_and_windows_cannot_keep_a_secret(make_bot: BotFactory,
                        cron="0 2 * * SAT")
     with pytest.raises(Refused, match="a window cannot keep a secret parameter"):
         windows.create(bot, "gpu01", "alice", start="2099-01-01 02:00", duration="2h",
-                       runbooks=f"keyed node=gpu01 token={SECRET}")
+                       runbooks=[("keyed", {"node": "gpu01", "token": SECRET})])
     assert SECRET not in dump(bot)
 
 

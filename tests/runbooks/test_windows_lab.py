@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.alertmanager import HttpAlertmanagerBackend
+from adapters.alertmanager.backend import HttpAlertmanagerBackend
 from adapters.kubernetes.cordons import CORDONED_BY
 from bot.config import EngineConfig, load_config
 from bot.execution.engine import Engine
@@ -104,7 +104,7 @@ def cleanup(lab: Lab, bot: Service, window_id: int) -> None:
 def test_a_window_opens_and_closes_on_the_lab(lab: Lab, bot: Service) -> None:
     assert "gpu05" in bot.inventory.kubernetes and "gpu04" in bot.inventory.slurm
     window = windows.create(bot, "gpu[04-05]", "alice", start="now", duration="30m",
-                            reason="lab window test", runbooks="selftest")
+                            reason="lab window test", runbooks=[("selftest", {})])
     try:
         windows.approve(bot, window.id, "carol")
         windows.open_now(bot, window.id, "alice")

@@ -11,17 +11,19 @@ import re
 from collections.abc import Callable
 
 from adapters.actions import ActionError
-from bot.alerts import breaker, proposing
+from bot import commands
+from bot.alerts import breaker
 from bot.execution import executions
 from bot.execution.planning import approval_policy
 from bot.runbooks.model import STEP_ID
-from bot.runbooks.params import ParamError, params_text, parse_assignments, split_words
+from bot.runbooks.params import ParamError, params_text
 from bot.service import Service
 from bot.store.words import State
 from bot.surfaces import rendering
 from bot.surfaces.chat import scheduled
 from bot.surfaces.chat.ids import is_id
 from bot.surfaces.chat.reply import Reply
+from bot.surfaces.chat.words import parse_assignments, split_words
 from kit.errors import Refused
 
 HELP = """\
@@ -247,7 +249,7 @@ def _confirm(service: Service, args: list[str], user: str) -> Reply:
 
 def _proposals(service: Service, args: list[str], user: str) -> Reply:
 
-    found = proposing.listing(service)
+    found = commands.list_proposals(service)
     lines = [f"{p.id}: {p.alertname} -> {p.runbook} {params_text(p.params)}"
              + (f" ({p.note})" if p.note else "") for p in found]
     return Reply("\n".join(lines) or "no open proposals")
@@ -260,21 +262,21 @@ def _proposal(service: Service, args: list[str], user: str) -> Reply:
         raise _Usage(usage)
     proposal_id = _one_id(args[1:], usage)
     if args[0] == "run":
-        execution_id = proposing.run(service, proposal_id, user)
+        execution_id = commands.run_proposal(service, proposal_id, user)
         ex = service.get(execution_id)
         return Reply(f"proposal {proposal_id}: execution {ex.id} ({ex.runbook}) requested by "
                      f"{user}; {ex.state.replace('_', ' ')}", execution_id=ex.id)
-    proposal = proposing.dismiss(service, proposal_id, user, " ".join(args[2:]) or None)
+    proposal = commands.dismiss_proposal(service, proposal_id, user, " ".join(args[2:]) or None)
     return Reply(f"proposal {proposal.id}: dismissed by {user}")
 
 
 def _breaker(service: Service, args: list[str], user: str) -> Reply:
     usage = "breaker [status] | breaker reset REASON"
     if not args or args[0].lower() == "status":
-        return Reply(breaker.status_text(breaker.status(service)))
+        return Reply(breaker.status_text(commands.breaker_status(service)))
     if args[0].lower() != "reset" or len(args) < 2:
         raise _Usage(usage)
-    now = breaker.reset(service, user, " ".join(args[1:]))
+    now = commands.reset_breaker(service, user, " ".join(args[1:]))
     return Reply(f"breaker reset by {user}\n{breaker.status_text(now)}")
 
 

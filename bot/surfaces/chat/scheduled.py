@@ -1,18 +1,20 @@
 """The ``schedule`` and ``window`` verbs of the chat grammar (bot.surfaces.chat.commands), also
 behind ``runbook schedule ...`` and ``runbook window ...``.
 
-Only words are read here; bot.schedule.scheduling and bot.schedule.windows decide and
-record everything.
+Only words are read here (a window's ``runbooks=`` list too); the command paths (bot.commands)
+decide and record everything.
 """
 
 from __future__ import annotations
 
-from bot.runbooks.params import parse_assignments
+from bot import commands
 from bot.schedule import scheduling, windows
 from bot.service import Service
 from bot.surfaces import schedule_text
 from bot.surfaces.chat.ids import is_id
 from bot.surfaces.chat.reply import Reply
+from bot.surfaces.chat.words import parse_assignments, runbook_list
+from kit.errors import Refused
 
 SCHEDULE_USAGE = ('schedule add NAME key=value... cron="0 2 * * SAT"|at="2026-12-05 02:00" '
                   "[tz=ZONE] [approve=ahead] | schedule list [all] | schedule show|approve|"
@@ -39,7 +41,7 @@ def schedule(service: Service, args: list[str], user: str, source: str = "chat")
     """
     verb = args[0].lower() if args else "list"
     if verb == "list":
-        listed = scheduling.listing(service, everything=args[1:2] == ["all"])
+        listed = commands.list_schedules(service, everything=args[1:2] == ["all"])
         lines = [schedule_text.schedule_line(service, s) for s in listed]
         return Reply("\n".join(lines) or "no schedules")
     if verb == "add":
@@ -48,14 +50,15 @@ def schedule(service: Service, args: list[str], user: str, source: str = "chat")
     if verb not in ("show", "approve", "pause", "resume", "remove") or schedule_id is None:
         return _usage(SCHEDULE_USAGE)
     if verb == "show":
-        return Reply(schedule_text.schedule_text(service, scheduling.get(service, schedule_id)))
+        found = commands.get_schedule(service, schedule_id)
+        return Reply(schedule_text.schedule_text(service, found))
     if verb == "approve":
-        found, names, note = scheduling.approve(service, schedule_id, user)
+        found, names, note = commands.approve_schedule(service, schedule_id, user)
         required = service.plan(found.runbook, found.params).approval.required
         return Reply(f"schedule {found.id}: approved ahead by {user} "
                      f"({len(names)}/{required}: {', '.join(names)})"
                      + (f"; {note}" if note else ""))
-    found = scheduling.steer(service, schedule_id, user, verb)
+    found = commands.steer_schedule(service, schedule_id, user, verb)
     return Reply(f"schedule {found.id}: {found.state} ({verb} by {user})")
 
 
@@ -64,9 +67,9 @@ def _add(service: Service, words: list[str], user: str, source: str) -> Reply:
         return _usage(SCHEDULE_USAGE)
     name, values = words[0], parse_assignments(words[1:])
     own = {key: values.pop(key) for key in scheduling.OWN_KEYS if key in values}
-    found = scheduling.add(service, name, values, user, cron=own.get("cron"), at=own.get("at"),
-                           tz=own.get("tz"), approve=own.get("approve", "when_due"),
-                           source=source)
+    found = commands.add_schedule(service, name, values, user, cron=own.get("cron"),
+                                  at=own.get("at"), tz=own.get("tz"),
+                                  approve=own.get("approve", "when_due"), source=source)
     upcoming = scheduling.next_fire(found)
     required = service.plan(found.runbook, found.params).approval.required
     if required == 0:
@@ -90,7 +93,7 @@ def window(service: Service, args: list[str], user: str) -> Reply:
     """
     verb = args[0].lower() if args else "list"
     if verb == "list":
-        listed = windows.listing(service, everything=args[1:2] == ["all"])
+        listed = commands.list_windows(service, everything=args[1:2] == ["all"])
         lines = [schedule_text.window_line(w) for w in listed]
         return Reply("\n".join(lines) or "no maintenance windows")
     if verb == "create":
@@ -99,19 +102,19 @@ def window(service: Service, args: list[str], user: str) -> Reply:
     if verb not in ("show", "approve", "open", "cancel") or window_id is None:
         return _usage(WINDOW_USAGE)
     if verb == "show":
-        return Reply(schedule_text.window_text(service, windows.get(service, window_id)))
+        return Reply(schedule_text.window_text(service, commands.get_window(service, window_id)))
     if verb == "approve":
-        found, names, note = windows.approve(service, window_id, user)
+        found, names, note = commands.approve_window(service, window_id, user)
         return Reply(f"window {found.id}: approved ahead by {user} (approvers so far: "
                      f"{', '.join(names)})" + (f"; {note}" if note else ""))
     if verb == "open":
-        found = windows.open_now(service, window_id, user)
+        found = commands.open_window(service, window_id, user)
         return Reply(f"window {found.id}: {found.state} (open-window execution "
                      f"{found.open_execution_id}, opened early by {user})"
                      if found.open_execution_id else f"window {found.id}: {found.state}: "
                      f"{found.report or ''}", ok=found.state != windows.FAILED,
                      execution_id=found.open_execution_id)
-    found = windows.cancel(service, window_id, user)
+    found = commands.cancel_window(service, window_id, user)
     what = {windows.CANCELLED: "cancelled", windows.CLOSING: "closing now",
             windows.CLOSED: "closed"}.get(found.state, found.state)
     return Reply(f"window {found.id}: {what} ({user})", execution_id=found.close_execution_id)
@@ -124,13 +127,26 @@ def _create(service: Service, words: list[str], user: str) -> Reply:
     unknown = sorted(set(values) - {"start", "duration", "runbooks", "reason", "tz"})
     if unknown or "start" not in values or "duration" not in values:
         return _usage(WINDOW_USAGE)
-    found = windows.create(service, nodes, user, start=values["start"],
-                           duration=values["duration"], runbooks=values.get("runbooks", ""),
-                           reason=values.get("reason", "maintenance window"),
-                           tz=values.get("tz"))
-    names = windows.approvers_ahead(service, found)
+    found = commands.create_window(service, nodes, user, start=values["start"],
+                                   duration=values["duration"],
+                                   runbooks=_inside(service, nodes, user, values),
+                                   reason=values.get("reason", "maintenance window"),
+                                   tz=values.get("tz"))
+    names = commands.window_approvers(service, found)
     needed = [f"{p['runbook']} {p['required']}" for p in found.plans if p["required"]]
     ask = (f"approvals ahead needed ({', '.join(needed)}): `window approve {found.id}`; "
            "without them it waits for approval when it opens") if needed and not names else ""
     return Reply(f"window {found.id}: {found.nodes} from {found.start:%Y-%m-%d %H:%M} UTC for "
                  f"{values['duration']}, {len(found.runs)} runbook(s) inside; {ask}".rstrip("; "))
+
+
+def _inside(service: Service, nodes: str, user: str,
+            values: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
+    """The ``runbooks=`` list; text that does not read is a refused window, recorded too."""
+    text = values.get("runbooks", "")
+    try:
+        return runbook_list(text)
+    except Refused as exc:
+        commands.refuse_window(service, user, nodes=nodes, start=values["start"],
+                               duration=values["duration"], runbooks=text, problem=str(exc))
+        raise

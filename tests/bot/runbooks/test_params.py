@@ -1,11 +1,9 @@
-"""Request parameters (bot.runbooks.params): ``split_words`` and ``parse_assignments``
-(quotes, missing
-``=``, duplicates, over-long values), ``validate`` for every parameter type (node against the
+"""Request parameters (bot.runbooks.params): ``validate`` for every parameter type (node against the
 inventory with suggestions, text limits and refusal of shell metacharacters and control
 characters, int limits, bool words, durations, enums, versions), unknown and missing parameters,
 defaults; ``weakens_guard`` (which values weaken a guard, how they are described, which
-markings a runbook may not make); and Hypothesis fuzzing that only ParamError ever escapes and
-that accepted nodes and texts are safe.
+markings a runbook may not make); and Hypothesis fuzzing that only ParamError ever escapes
+and that accepted nodes and texts are safe. The words themselves: tests/bot/surfaces/chat.
 """
 
 from __future__ import annotations
@@ -19,18 +17,16 @@ from pydantic import ValidationError
 
 from bot.runbooks.model import ParamSpec, Runbook
 from bot.runbooks.params import (
-    MAX_VALUE,
     SHELLISH,
     Duration,
     Inventory,
     ParamError,
     WeakenedGuard,
     jsonable,
-    parse_assignments,
-    split_words,
     validate,
     weakened_guards,
 )
+from bot.surfaces.chat.words import parse_assignments, split_words
 
 INVENTORY = Inventory(
     nodes=frozenset({"gpu01", "gpu02", "gpu03", "gpu10", "cpu01"}),
@@ -82,61 +78,6 @@ def refused_value(spec: Runbook, value: Any) -> str:
     assert len(found) == 1, found
     assert found[0].startswith("value: ")
     return found[0]
-
-
-# --- split_words and parse_assignments --------------------------------------------------
-
-
-def test_split_words_honours_quotes() -> None:
-    words = split_words('run drain-node node=gpu07 reason="XID 79 on GPU 3"')
-    assert words == ["run", "drain-node", "node=gpu07", "reason=XID 79 on GPU 3"]
-    assert parse_assignments(words[2:]) == {"node": "gpu07", "reason": "XID 79 on GPU 3"}
-
-
-def test_single_quotes_and_equals_inside_a_value() -> None:
-    assert parse_assignments(split_words("reason='a=b c'")) == {"reason": "a=b c"}
-
-
-def test_unbalanced_quote_is_a_param_error() -> None:
-    with pytest.raises(ParamError) as caught:
-        split_words('reason="XID 79')
-    assert "check the quotes" in caught.value.problems[0]
-
-
-def test_missing_equals() -> None:
-    with pytest.raises(ParamError) as caught:
-        parse_assignments(["node=gpu01", "gpu02"])
-    assert caught.value.problems == ['"gpu02" is not key=value (for example node=gpu07)']
-
-
-def test_empty_value_is_kept() -> None:
-    assert parse_assignments(["reason="]) == {"reason": ""}
-
-
-def test_duplicate_keys() -> None:
-    with pytest.raises(ParamError) as caught:
-        parse_assignments(["node=gpu01", "node=gpu02"])
-    assert caught.value.problems == ["node is given twice"]
-
-
-@pytest.mark.parametrize("key", ["", "1node", "no-de", "node\n", "nöde", "a" * 42])
-def test_bad_keys(key: str) -> None:
-    with pytest.raises(ParamError) as caught:
-        parse_assignments([f"{key}=x"])
-    assert "is not a parameter name" in caught.value.problems[0]
-
-
-def test_ten_thousand_character_value_is_refused() -> None:
-    with pytest.raises(ParamError) as caught:
-        parse_assignments(["reason=" + "x" * 10_000])
-    assert caught.value.problems == [f"reason: the value is 10000 characters; at most {MAX_VALUE}"]
-
-
-def test_every_problem_is_reported() -> None:
-    with pytest.raises(ParamError) as caught:
-        parse_assignments(["a", "b=1", "b=2", "-=3"])
-    assert len(caught.value.problems) == 3
-    assert str(caught.value) == "; ".join(caught.value.problems)
 
 
 # --- validate: node ---------------------------------------------------------------
@@ -408,29 +349,6 @@ def test_weakens_guard_must_make_sense(spec: dict[str, Any], message: str) -> No
 # --- fuzzing ----------------------------------------------------------------------
 
 FUZZ = settings(max_examples=200, deadline=None)
-
-
-@FUZZ
-@given(st.text())
-def test_fuzz_split_and_parse_text(text: str) -> None:
-    try:
-        result = parse_assignments(split_words(text))
-    except ParamError as exc:
-        assert exc.problems
-        return
-    assert all(isinstance(k, str) and isinstance(v, str) for k, v in result.items())
-
-
-@FUZZ
-@given(st.lists(st.text()))
-def test_fuzz_parse_word_lists(words: list[str]) -> None:
-    try:
-        result = parse_assignments(words)
-    except ParamError as exc:
-        assert exc.problems
-        return
-    assert all(isinstance(k, str) and isinstance(v, str) for k, v in result.items())
-    assert len(result) == len(words)
 
 
 NAMES = st.sampled_from(sorted(ALL_TYPES.params)) | st.text(max_size=6)

@@ -36,6 +36,7 @@ from bot.service import Service
 from bot.store import audit
 from bot.store.schema import locks as locks_table
 from bot.store.schema import maintenance_windows
+from bot.surfaces.chat.words import runbook_list
 from bot.surfaces.slack.poster import Poster
 from kit.errors import Refused
 from tests.bot import fakes
@@ -122,8 +123,8 @@ def stored(bot: Service) -> int:
 
 def create(bot: Service, runbooks: str = "", user: str = "alice", start: str = "2030-01-01 02:00",
            nodes: str = "gpu[03-04]") -> windows.Window:
-    return windows.create(bot, nodes, user, start=start, duration="2h", runbooks=runbooks,
-                          reason="firmware update")
+    return windows.create(bot, nodes, user, start=start, duration="2h",
+                          runbooks=runbook_list(runbooks), reason="firmware update")
 
 
 def test_a_window_opens_runs_its_runbooks_and_closes(bot: Service, systems: Systems) -> None:
@@ -285,7 +286,8 @@ def test_bad_input_is_refused_and_nothing_is_stored(bot: Service, nodes: str, st
                                                     duration: str, runbooks: str,
                                                     message: str) -> None:
     with pytest.raises(Refused, match=message):
-        windows.create(bot, nodes, "alice", start=start, duration=duration, runbooks=runbooks)
+        windows.create(bot, nodes, "alice", start=start, duration=duration,
+                       runbooks=runbook_list(runbooks))
     assert stored(bot) == 0
     assert "window_refused" in kinds(bot)
 

@@ -16,6 +16,7 @@ import time_machine
 from bot.runbooks.catalogue import Catalogue
 from bot.schedule import scheduling, windows
 from bot.service import Service
+from bot.store import audit
 from bot.surfaces import cli
 from bot.surfaces.chat import commands
 from bot.surfaces.chat.reply import Reply
@@ -102,6 +103,17 @@ def test_helpful_refusals(bot: Service, line: str, expected: str) -> None:
     assert expected in reply.text
     assert scheduling.listing(bot, everything=True) == []
     assert windows.listing(bot, everything=True) == []
+
+
+def test_runbooks_that_do_not_read_refuse_the_window_and_the_refusal_is_recorded(
+        bot: Service) -> None:
+    reply = say(bot, 'window create gpu02 start=now duration=2h runbooks="demo node"')
+    assert not reply.ok
+    assert 'runbooks: "demo node": "node" is not key=value' in reply.text
+    assert windows.listing(bot, everything=True) == []
+    with bot.db.connect() as conn:
+        (event,) = [e for e in audit.events(conn) if e["kind"] == "window_refused"]
+    assert event["data"]["runbooks"] == "demo node" and event["actor"] == "alice"
 
 
 def test_window_create_approve_show_cancel(bot: Service) -> None:
