@@ -9,7 +9,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from bot.execution.engine import Engine, _Stop
+from bot.execution.claims import Stop
+from bot.execution.engine import Engine
 from bot.execution.executions import Execution
 
 TURNS = 100  # reads of the execution by one engine; a drive of these tests needs under ten
@@ -86,11 +87,9 @@ def halt(engine: Engine, stop: threading.Event | None = None) -> None:
         stop.set()
     engine._handing_over.set()
     engine.sleep = _stopped
-    with engine._guard:
-        claims = list(engine._claims.values())
-    for claim in claims:
+    for claim in engine.claims.held():
         claim.lose("the test's bound ran out")
 
 
 def _stopped(seconds: float) -> None:
-    raise _Stop("the test's bound ran out")
+    raise Stop("the test's bound ran out")

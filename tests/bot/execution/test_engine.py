@@ -195,13 +195,13 @@ def test_resume_skips_finished_steps(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": runbook([record("a", "a"), record("b", "b"), record("c", "c")])})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     dead = Engine(bot, owner="dead-engine")
-    claim = dead._claim(execution_id)
+    claim = dead.claims.take(execution_id)
     assert claim is not None
     dead._start(claim, dead._load(execution_id))
     ex = dead._load(execution_id)
     dead._stage(claim, ex, "steps")
     step_a = ex.plan.steps[0]
-    dead._call(claim, ex, step_a, _call(step_a), "do", 0, 0)
+    dead.stepper.call(claim, ex, step_a, _call(step_a), "do", 0, 0)
     with bot.db.begin() as conn:  # b "started" and then the process vanished
         executions.save_step(conn, ex.id, "do", "b", 1, state="running", attempt=1)
         executions.set_fields(conn, ex.id, lease_until=time.time() - 1)
@@ -219,7 +219,7 @@ def test_manual_resume_holds_for_a_person(make_bot: BotFactory) -> None:
     bot = make_bot({"demo": runbook([record("a", "a"), record("b", "b")], resume="manual")})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     dead = Engine(bot, owner="dead-engine")
-    claim = dead._claim(execution_id)
+    claim = dead.claims.take(execution_id)
     assert claim is not None
     dead._start(claim, dead._load(execution_id))
     with bot.db.begin() as conn:
@@ -460,7 +460,7 @@ def test_a_takeover_is_logged_with_the_step_under_way(make_bot: BotFactory) -> N
     bot = make_bot({"demo": runbook([record("a", "a"), record("b", "b")])})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     dead = Engine(bot, owner="dead-engine")
-    claim = dead._claim(execution_id)
+    claim = dead.claims.take(execution_id)
     assert claim is not None
     dead._start(claim, dead._load(execution_id))
     with bot.db.begin() as conn:  # a was running when the process vanished
@@ -482,7 +482,7 @@ def test_a_step_under_way_that_is_not_idempotent_is_held_then_resumed_on_request
     bot = make_bot({"demo": runbook([record("a", "a", idempotent=False)])})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     dead = Engine(bot, owner="dead-engine")
-    claim = dead._claim(execution_id)
+    claim = dead.claims.take(execution_id)
     assert claim is not None
     dead._start(claim, dead._load(execution_id))
     with bot.db.begin() as conn:
@@ -509,18 +509,18 @@ def test_a_step_under_way_that_is_not_idempotent_is_held_then_resumed_on_request
 
 def test_a_claim_not_renewed_for_most_of_a_lease_is_given_up_saying_why(
         make_bot: BotFactory) -> None:
-    from bot.execution.engine import STALE_SHARE, Claim
+    from bot.execution.claims import STALE_SHARE, Claim
 
     bot = make_bot({"demo": runbook([record("a", "a")])}, engine={"lease_seconds": 10.0})
     engine = Engine(bot)
     fresh = Claim(1, 1, None, None, renewed=time.monotonic() - 10.0 * STALE_SHARE + 1)
-    engine._check_stale(fresh, "database is locked")
+    engine.claims.check_stale(fresh, "database is locked")
     assert not fresh.lost.is_set()
     stale = Claim(1, 1, None, None, renewed=time.monotonic() - 10.0 * STALE_SHARE - 0.4)
-    engine._check_stale(stale, "x" * 300)
+    engine.claims.check_stale(stale, "x" * 300)
     assert stale.reason == f"could not renew its lease for 6s ({'x' * 200})"
     quiet = Claim(1, 1, None, None, renewed=time.monotonic() - 7.0)
-    engine._check_stale(quiet)
+    engine.claims.check_stale(quiet)
     assert quiet.reason == "could not renew its lease for 7s"
     engine.close()
 
@@ -551,13 +551,14 @@ def run_again(bot: Service, execution_id: int) -> Any:
 
 def test_the_boundary_between_steps_stops_holds_or_reports_a_cancel(
         make_bot: BotFactory) -> None:
-    from bot.execution.engine import _Hold, _Stop
+    from bot.execution.claims import Stop
+    from bot.execution.stepping import Hold
     from bot.store.schema import locks
 
     bot = make_bot({"demo": runbook([record("a", "a")])})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     engine = Engine(bot, sleep=lambda s: None)
-    claim = engine._claim(execution_id)
+    claim = engine.claims.take(execution_id)
     assert claim is not None
     ex = engine._load(execution_id)
     try:
@@ -568,16 +569,16 @@ def test_the_boundary_between_steps_stops_holds_or_reports_a_cancel(
         with bot.db.begin() as conn:
             conn.execute(locks.delete())
         assert engine._boundary(claim, ex, cancelling=True) is True  # undoing: goes on
-        with pytest.raises(_Hold, match=rf"^execution {execution_id} no longer holds"):
+        with pytest.raises(Hold, match=rf"^execution {execution_id} no longer holds"):
             engine._boundary(claim, ex)
         engine._handing_over.set()
-        with pytest.raises(_Stop) as handing:
+        with pytest.raises(Stop) as handing:
             engine._boundary(claim, ex)
         assert str(handing.value) == (
             f"execution {execution_id}: this engine stopped (no longer the leader, or shutting "
             "down); another engine resumes it here")
         claim.lose("another engine claimed it")
-        with pytest.raises(_Stop) as lost:
+        with pytest.raises(Stop) as lost:
             engine._boundary(claim, ex)
         assert str(lost.value) == f"execution {execution_id}: another engine claimed it"
     finally:
@@ -590,7 +591,7 @@ def test_an_engine_that_lost_the_execution_holds_nothing_and_says_it_stopped(
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     said = Said()
     engine = Engine(bot, report=said, sleep=lambda s: None)
-    claim = engine._claim(execution_id)
+    claim = engine.claims.take(execution_id)
     assert claim is not None
     claim.lose("another engine claimed it")
     engine._hold(claim, "a reason")
@@ -618,7 +619,7 @@ def test_an_ending_at_start_writes_nothing_once_the_row_is_no_longer_approved(
     for node, cause in (("gpu01", "locks"), ("gpu02", "no plan"), ("gpu03", "other locks")):
         execution_id = bot.request("demo", {"node": node}, "alice")  # approved at once
         engine = Engine(bot, sleep=lambda s: None)
-        claim = engine._claim(execution_id)
+        claim = engine.claims.take(execution_id)
         assert claim is not None
         stale = engine._load(execution_id)
         with bot.db.begin() as conn:
@@ -653,7 +654,7 @@ def test_a_takeover_with_no_step_under_way_does_not_wait_out_the_old_lease(
                    engine={"clock_skew_seconds": 600})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     dead = Engine(bot, owner="dead-engine")
-    claim = dead._claim(execution_id)
+    claim = dead.claims.take(execution_id)
     assert claim is not None
     dead._start(claim, dead._load(execution_id))
     with bot.db.begin() as conn:  # stopped between two steps

@@ -9,9 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from bot.execution import engine as engine_module
+from bot.execution import claims as claims_module
 from bot.execution import executions
-from bot.execution.engine import STALE_SHARE, Claim, Engine
+from bot.execution.claims import STALE_SHARE, Claim
+from bot.execution.engine import Engine
 from bot.service import Service
 from tests.bot import fakes
 from tests.bot.execution.bounded import drive
@@ -27,17 +28,17 @@ def _clean() -> None:
 def test_a_claim_silent_for_exactly_the_stale_share_is_kept_and_a_moment_more_is_not(
         make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = {"now": 0.0}
-    monkeypatch.setattr(engine_module, "time", SimpleNamespace(
+    monkeypatch.setattr(claims_module, "time", SimpleNamespace(
         time=time.time, monotonic=lambda: clock["now"], sleep=time.sleep))
     bot = make_bot({"demo": runbook([record("a", "a")])}, engine={"lease_seconds": 10.0})
     engine = Engine(bot)
     claim = Claim(1, 1, None, None, renewed=0.0)
     try:
         clock["now"] = 10.0 * STALE_SHARE  # exactly the share: 6 s of a 10 s lease
-        engine._check_stale(claim, "database is locked")
+        engine.claims.check_stale(claim, "database is locked")
         assert not claim.lost.is_set() and claim.reason == ""
         clock["now"] = 10.0 * STALE_SHARE + 0.001
-        engine._check_stale(claim, "database is locked")
+        engine.claims.check_stale(claim, "database is locked")
         assert claim.lost.is_set()
         assert claim.reason == "could not renew its lease for 6s (database is locked)"
     finally:
@@ -62,7 +63,7 @@ def test_a_held_run_resumed_on_request_no_longer_shows_why_it_was_held(
     bot = make_bot({"demo": runbook([record("a", "a", idempotent=False), record("b", "b")])})
     execution_id = bot.request("demo", {"node": "gpu01"}, "alice")
     dead = Engine(bot, owner="dead-engine")
-    claim = dead._claim(execution_id)
+    claim = dead.claims.take(execution_id)
     assert claim is not None
     dead._start(claim, dead._load(execution_id))
     with bot.db.begin() as conn:  # a was under way when the process vanished

@@ -238,7 +238,7 @@ def test_an_engine_that_cannot_renew_stops_before_another_takes_over(
     def broken(claims: Any) -> None:
         raise RuntimeError("database is locked")
 
-    monkeypatch.setattr(first, "renew", broken)  # the heartbeat fails from now on
+    monkeypatch.setattr(first.claims, "renew", broken)  # the heartbeat fails from now on
     worker, box = drive_in_thread(first, execution_id)
     wait_for(lambda: "slow" in fakes.STARTED)
     worker.join(10)  # it gives the claim up by itself and stops the action
@@ -267,7 +267,7 @@ def test_an_engine_whose_epoch_is_gone_writes_nothing(make_bot: BotFactory) -> N
     with bot.db.begin() as conn:  # another engine claimed it (the lease had run out)
         executions.update_if(conn, execution_id, {}, epoch=99, owner="other",
                              lease_until=time.time() + 60)
-    first.renew([c for c in first._claims.values()])
+    first.claims.renew(first.claims.held())
     worker.join(10)
     first.close()
     assert not worker.is_alive()

@@ -86,9 +86,15 @@ class MortalEngine(Engine):
 
     dead = False
 
-    def _let_go(self, claim: Any) -> None:
-        if not self.dead:
-            super()._let_go(claim)
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        let_go = self.claims.let_go
+
+        def unless_dead(claim: Any) -> None:
+            if not self.dead:
+                let_go(claim)
+
+        self.claims.let_go = unless_dead  # type: ignore[method-assign]
 
 
 def version_body(n: int) -> dict[str, Any]:
