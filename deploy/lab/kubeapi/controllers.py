@@ -11,7 +11,7 @@ from .cluster import Cluster, selects, set_crashing, tolerates
 from .errors import Obj
 from .faults import node_faults, record_driver
 from .resources import by_kind
-from .store import meta, now_iso
+from .store import Narrow, meta, now_iso
 
 log = logging.getLogger("kubeapi")
 PODS, NODES = by_kind("Pod"), by_kind("Node")
@@ -272,7 +272,7 @@ def apply_node_changes(cluster: Cluster, name: str, changes: dict[str, str | Non
 def _operator_pods(cluster: Cluster, node: str) -> list[Obj]:
     prefixes = (DRIVER_DS + "-", VALIDATOR_DS + "-")
     return cluster.store.scan(PODS, OPERATOR_NS, lambda p: p["spec"].get("nodeName") == node
-                            and meta(p)["name"].startswith(prefixes))
+                              and meta(p)["name"].startswith(prefixes), Narrow(node=node))
 
 
 def restart_operator_pods(cluster: Cluster, node: str) -> None:

@@ -9,7 +9,7 @@ from . import errors
 from .errors import ApiError, Obj, status_body
 from .resources import by_kind
 from .selectors import selector_matches
-from .store import Store, meta, now_iso
+from .store import Narrow, Store, meta, now_iso
 
 PODS, PDBS, RS = by_kind("Pod"), by_kind("PodDisruptionBudget"), by_kind("ReplicaSet")
 
@@ -55,9 +55,13 @@ def _expected(store: Store, pods: list[Obj]) -> int:
 
 
 def matching_pods(store: Store, pdb: Obj) -> list[Obj]:
+    """The budget's pods, found as the disruption controller's informer finds them: from
+    the label index (its matchLabels), then the whole selector on those only."""
     selector = pdb.get("spec", {}).get("selector")
+    pairs = tuple((k, str(v)) for k, v in ((selector or {}).get("matchLabels") or {}).items())
     return store.scan(PODS, meta(pdb)["namespace"],
-                      lambda p: selector_matches(selector, meta(p).get("labels") or {}))
+                      lambda p: selector_matches(selector, meta(p).get("labels") or {}),
+                      Narrow(labels=pairs))
 
 
 def compute_status(store: Store, pdb: Obj) -> Obj:
@@ -119,7 +123,8 @@ def evict(store: Store, ns: str, name: str, body: Obj, dry_run: bool,
     with store.lock:
         pod = store.get(PODS, ns, name)
         labels = meta(pod).get("labels") or {}
-        pdbs, _ = store.select(PDBS, ns, lambda p: selector_matches(
+        # the namespace's budgets only (the API server's PDB lister is by namespace)
+        pdbs = store.scan(PDBS, ns, lambda p: selector_matches(
             p.get("spec", {}).get("selector"), labels))
         if not _ignores_budget(pod):
             if len(pdbs) > 1:

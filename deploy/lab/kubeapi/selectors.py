@@ -96,6 +96,24 @@ FIELDS = {
 }
 
 
+def narrowing(label_text: str | None, field_text: str | None) -> tuple[
+        tuple[tuple[str, str], ...], str | None]:
+    """The equality requirements the store's indexes answer: label key=value pairs and a
+    field selector's spec.nodeName=NODE (not an empty one: unscheduled pods are not in the
+    node index). Parsed after the matchers, which refuse a malformed selector."""
+    pairs = []
+    for req in _split_requirements(label_text or ""):
+        m = _SET.match(req)
+        if m and m.group(1) == "" and m.group(3) in ("=", "=="):
+            pairs.append((m.group(2), m.group(4) or ""))
+    node = None
+    for req in _split_requirements(field_text or ""):
+        m = re.match(r"^\s*spec\.nodeName\s*(==|=)\s*(.*?)\s*$", req)
+        if m and m.group(2):
+            node = m.group(2)
+    return tuple(pairs), node
+
+
 def field_matcher(text: str | None, kind: str) -> Matcher:
     if not text:
         return lambda obj: True

@@ -18,8 +18,8 @@ from .errors import ApiError, Obj, status_body
 from .faults import FaultSwitch
 from .patch import json_patch, merge_patch, strategic_merge
 from .resources import Resource
-from .selectors import field_matcher, label_matcher
-from .store import meta
+from .selectors import field_matcher, label_matcher, narrowing
+from .store import Narrow, meta
 
 log = logging.getLogger("kubeapi")
 VERSION = {"major": "1", "minor": "29", "gitVersion": "v1.29.14", "gitTreeState": "clean",
@@ -305,7 +305,8 @@ class Handler(BaseHTTPRequestHandler):
         return self.server.cluster.store.modify(res, ns, name, change, wanted_rv, dry_run)
 
     def list_objects(self, res: Resource, ns: str | None, query: dict[str, str]) -> None:
-        items, rv = self.server.cluster.store.select(res, ns, matcher(res, query))
+        items, rv = self.server.cluster.store.select(res, ns, matcher(res, query),
+                                                     narrowed(query))
         self.respond_objects(res, items, rv, query, single=False)
 
     def respond_objects(self, res: Resource, items: list[Obj], rv: str,
@@ -343,7 +344,7 @@ class Handler(BaseHTTPRequestHandler):
 
         if start in ("", "0"):
             # No resourceVersion: the current state as ADDED events first, like the real one.
-            items, rv = store.select(res, ns, match)
+            items, rv = store.select(res, ns, match, narrowed(query))
             for obj in items:
                 emit("ADDED", obj)
             last = int(rv)
@@ -373,6 +374,12 @@ def matcher(res: Resource, query: dict[str, str]) -> Any:
     labels = label_matcher(query.get("labelSelector"))
     fields = field_matcher(query.get("fieldSelector"), res.kind)
     return lambda obj: labels(meta(obj).get("labels") or {}) and fields(obj)
+
+
+def narrowed(query: dict[str, str]) -> Narrow:
+    """The indexes a list may use (the watch cache's by label and spec.nodeName)."""
+    labels, node = narrowing(query.get("labelSelector"), query.get("fieldSelector"))
+    return Narrow(labels=labels, node=node)
 
 
 def _keep_part(new: Obj, current: Obj, sub: str | None) -> Obj:

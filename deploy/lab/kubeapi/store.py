@@ -1,7 +1,9 @@
 """In-memory object store: one global resourceVersion counter, uids, an event window for
 watches, optimistic concurrency (409 on a stale resourceVersion) and a JSON state file.
 Stored objects are never changed in place (a write stores a new dict), so controllers read
-them without copying (peek, scan); clients always get copies (get, find, select)."""
+them without copying (peek, scan); clients always get copies (get, find, select). Indexes by
+namespace, label and node (pods' spec.nodeName), as the real API server's watch cache and
+informers keep, make a list by one of those and a PDB's pods cost the matching objects only."""
 from __future__ import annotations
 
 import copy
@@ -10,7 +12,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,16 @@ from .validate import validate
 # Watches may resume from any resourceVersion still in this window; older ones get 410.
 EVENT_WINDOW = 20000
 Event = tuple[int, str, str, Obj]  # (resourceVersion, store key, type, object)
+Key = tuple[str, str]  # (namespace, name)
+
+
+@dataclass(frozen=True)
+class Narrow:
+    """What a read is known to need, for the indexes: a label selector's key=value
+    requirements, a field selector's spec.nodeName=X (the caller still applies its whole
+    matcher to what the indexes return)."""
+    labels: tuple[tuple[str, str], ...] = ()
+    node: str | None = None
 
 
 def now_iso() -> str:
@@ -48,6 +61,19 @@ def controller_uids(obj: Obj) -> set[str]:
             if r.get("controller")}
 
 
+def _entries(key: str, at: Key, obj: Obj, store: Store) -> Iterable[tuple[dict[Any, set[Key]],
+                                                                           Any]]:
+    """Where an object stands in each index: its controllers, namespace, labels, node."""
+    for uid in controller_uids(obj):
+        yield store.owned[key], uid
+    yield store.in_ns[key], at[0]
+    for label, value in (meta(obj).get("labels") or {}).items():
+        yield store.labelled[key], (label, str(value))
+    node = (obj.get("spec") or {}).get("nodeName") if isinstance(obj.get("spec"), dict) else None
+    if node:
+        yield store.on_node[key], str(node)
+
+
 def _spec_part(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
@@ -59,7 +85,12 @@ class Store:
         self.rv = 0
         self.objects: dict[str, dict[tuple[str, str], Obj]] = {r.key: {} for r in RESOURCES}
         # Per resource: controller uid -> the keys of the objects it controls (for scan_owned).
-        self.owned: dict[str, dict[str, set[tuple[str, str]]]] = {r.key: {} for r in RESOURCES}
+        self.owned: dict[str, dict[str, set[Key]]] = {r.key: {} for r in RESOURCES}
+        # Per resource: namespace, (label, value), spec.nodeName -> the keys of the objects.
+        self.in_ns: dict[str, dict[str, set[Key]]] = {r.key: {} for r in RESOURCES}
+        self.labelled: dict[str, dict[tuple[str, str], set[Key]]] = {
+            r.key: {} for r in RESOURCES}
+        self.on_node: dict[str, dict[str, set[Key]]] = {r.key: {} for r in RESOURCES}
         self.events: deque[Event] = deque(maxlen=EVENT_WINDOW)
         self.state_file = state_file
         self.dirty = False
@@ -70,8 +101,9 @@ class Store:
         with self.lock:
             self.rv = int(data.get("resourceVersion", 0))
             for key, items in data.get("objects", {}).items():
-                self.objects.setdefault(key, {})
-                self.owned.setdefault(key, {})
+                for index in (self.objects, self.owned, self.in_ns, self.labelled,
+                              self.on_node):
+                    index.setdefault(key, {})
                 for obj in items:
                     m = meta(obj)
                     self._put(key, (m.get("namespace", ""), m["name"]), obj)
@@ -115,11 +147,27 @@ class Store:
             return copy.deepcopy(obj) if obj is not None else None
 
     def select(self, res: Resource, ns: str | None = None,
-             match: Callable[[Obj], bool] | None = None) -> tuple[list[Obj], str]:
+               match: Callable[[Obj], bool] | None = None,
+               narrow: Narrow | None = None) -> tuple[list[Obj], str]:
         with self.lock:
-            items = [o for (o_ns, _), o in sorted(self.objects[res.key].items())
-                     if (ns is None or o_ns == ns) and (match is None or match(o))]
+            bucket = self.objects[res.key]
+            keys = sorted(self._candidates(res.key, ns, narrow or Narrow()))
+            items = [o for o in (bucket[k] for k in keys) if match is None or match(o)]
             return copy.deepcopy(items), str(self.rv)
+
+    def _candidates(self, key: str, ns: str | None, narrow: Narrow) -> Iterable[Key]:
+        """The keys the indexes allow (a superset of the matches), the smallest set: all of
+        the resource, its namespace's, a label's or a node's (lock held)."""
+        sets: list[set[Key]] = []
+        if ns is not None:
+            sets.append(self.in_ns[key].get(ns, set()))
+        if narrow.node is not None:
+            sets.append(self.on_node[key].get(narrow.node, set()))
+        sets += [self.labelled[key].get(pair, set()) for pair in narrow.labels]
+        if not sets:
+            return self.objects[key].keys()
+        smallest = min(sets, key=len)
+        return [k for k in smallest if all(k in other for other in sets)]
 
     # --- read-only views for controllers: the stored objects themselves ----------
 
@@ -129,12 +177,15 @@ class Store:
             return self.objects[res.key].get((ns, name))
 
     def scan(self, res: Resource, ns: str | None = None,
-             match: Callable[[Obj], bool] | None = None) -> list[Obj]:
+             match: Callable[[Obj], bool] | None = None,
+             narrow: Narrow | None = None) -> list[Obj]:
         """Like select without the copies (nor the resourceVersion); the caller must not
         change the objects. A write meanwhile stores a new dict: these stay as they were."""
         with self.lock:
-            found = [(key, o) for key, o in self.objects[res.key].items()
-                     if (ns is None or key[0] == ns) and (match is None or match(o))]
+            bucket = self.objects[res.key]
+            found = [(key, bucket[key])
+                     for key in self._candidates(res.key, ns, narrow or Narrow())
+                     if match is None or match(bucket[key])]
         found.sort(key=lambda item: item[0])  # the order select lists in
         return [o for _, o in found]
 
@@ -147,19 +198,19 @@ class Store:
 
     # --- the one place objects enter and leave the buckets (keeps the index) -----
 
-    def _put(self, key: str, at: tuple[str, str], obj: Obj) -> None:
+    def _put(self, key: str, at: Key, obj: Obj) -> None:
         self._drop(key, at)
         self.objects[key][at] = obj
-        for uid in controller_uids(obj):
-            self.owned[key].setdefault(uid, set()).add(at)
+        for index, entry in _entries(key, at, obj, self):
+            index.setdefault(entry, set()).add(at)
 
-    def _drop(self, key: str, at: tuple[str, str]) -> Obj | None:
+    def _drop(self, key: str, at: Key) -> Obj | None:
         obj = self.objects[key].pop(at, None)
-        for uid in controller_uids(obj) if obj is not None else ():
-            keys = self.owned[key][uid]
+        for index, entry in _entries(key, at, obj, self) if obj is not None else ():
+            keys = index[entry]
             keys.discard(at)
             if not keys:
-                del self.owned[key][uid]
+                del index[entry]
         return obj
 
     # --- writes --------------------------------------------------------------
