@@ -27,7 +27,7 @@ from adapters.kubernetes.backend import (
     Pod,
 )
 from adapters.kubernetes.config import KubernetesConfig
-from adapters.lazy import package_version
+from kit.packages import package_version
 
 # What kubernetes.client's ApiClient sends as its User-Agent (a test compares the two).
 USER_AGENT = f"OpenAPI-Generator/{package_version('kubernetes')}/python"

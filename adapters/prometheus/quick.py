@@ -20,9 +20,9 @@ from urllib.parse import urlencode, urlsplit
 
 import urllib3
 
-from adapters.lazy import package_version
 from adapters.prometheus.backend import PrometheusApiBackend, Sample
 from adapters.prometheus.config import PrometheusConfig
+from kit.packages import package_version
 
 # What requests sends by default (a test compares them with requests.utils.default_headers).
 REQUESTS_VERSION = package_version("requests", "__version__.py")  # read, not imported

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sqlalchemy import Connection, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from adapters.alertmanager import parse_time
+from adapters.alertmanager.backend import parse_time
 from bot.alerts import breaker
 from bot.alerts.choosing import Choice, NothingToDo, choose
 from bot.config import AlertRule

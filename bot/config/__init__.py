@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from adapters.alertmanager import AlertmanagerConfig
+from adapters.alertmanager.config import AlertmanagerConfig
 from adapters.etcd.config import EtcdConfig
 from adapters.host import HostCommand
 from adapters.kubernetes.config import KubernetesConfig

@@ -24,21 +24,23 @@ import pytest
 from pydantic import ValidationError
 
 from adapters.actions import ActionContext, ActionError
-from adapters.alertmanager import (
+from adapters.alertmanager.actions import (
     BOT_AUTHOR,
-    Alert,
     AlertmanagerActions,
-    AlertmanagerBackend,
-    AlertmanagerConfig,
-    AlertmanagerUnavailable,
     ExpireSilenceArguments,
+    SilenceArguments,
+)
+from adapters.alertmanager.backend import (
+    Alert,
+    AlertmanagerBackend,
+    AlertmanagerUnavailable,
     HttpAlertmanagerBackend,
     Matcher,
-    SilenceArguments,
     format_time,
     matchers_from,
     parse_time,
 )
+from adapters.alertmanager.config import AlertmanagerConfig
 from adapters.alertmanager.fake import FakeAlertmanager
 from tests.adapters.monitoring import Monitoring, binaries, free_port, http_json, start_alertmanager
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from adapters.actions import ActionContext, ActionError, ActionStopped
-from adapters.kubernetes import KubernetesConfig
+from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.fake import FakeKubernetes
 from adapters.kubernetes.gpu_operator import CLUSTERPOLICY
 from adapters.kubernetes.upgrade_skip import (

@@ -25,7 +25,8 @@ from pydantic import ValidationError
 
 from adapters.actions import ActionContext, ActionError
 from adapters.environment import NODE_EXPORT, child_environment, node_export
-from adapters.etcd import EtcdCommands, EtcdConfig, EtcdctlBackend, EtcdError
+from adapters.etcd.backend import EtcdCommands, EtcdctlBackend, EtcdError
+from adapters.etcd.config import EtcdConfig
 from adapters.host import HostCommand, HostRunAction, HostRunArguments, run_check_command
 from adapters.mariadb import (
     DumpAction,
@@ -35,8 +36,9 @@ from adapters.mariadb import (
     RestoreArguments,
     option_file_text,
 )
-from adapters.slurm import CliBackend, SlurmActions, SlurmConfig
-from adapters.slurm.actions import RunOnNodeArguments
+from adapters.slurm.actions import RunOnNodeArguments, SlurmActions
+from adapters.slurm.cli import CliBackend
+from adapters.slurm.config import SlurmConfig
 from tests.lab.fixture import Lab
 
 SECRETS = {

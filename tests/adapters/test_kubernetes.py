@@ -18,14 +18,11 @@ from typing import Any
 import pytest
 
 from adapters.actions import ActionContext, ActionError, ActionTimeout
-from adapters.kubernetes import (
-    ClientBackend,
-    KubernetesActions,
-    KubernetesConfig,
-    KubernetesNotFound,
-    KubernetesUnavailable,
-    LeaseElector,
-)
+from adapters.kubernetes.actions import KubernetesActions
+from adapters.kubernetes.backend import KubernetesNotFound, KubernetesUnavailable
+from adapters.kubernetes.client import ClientBackend
+from adapters.kubernetes.config import KubernetesConfig
+from adapters.kubernetes.leader import LeaseElector
 from tests.lab.fixture import Lab
 from tests.lab.kubehelp import (
     DEFAULT_DRIVER,

@@ -11,8 +11,10 @@ from labkit import otlp as lab_otlp
 from labkit import rsyslog as lab_rsyslog
 from labkit.layout import SERVICE_OFFSETS, Layout, Ports, port_free
 
-from adapters.otlp import OtlpClient, OtlpConfig
-from adapters.syslog import SyslogClient, SyslogConfig
+from adapters.otlp.client import OtlpClient
+from adapters.otlp.config import OtlpConfig
+from adapters.syslog.client import SyslogClient
+from adapters.syslog.config import SyslogConfig
 from bot.config import load_config
 from tests.adapters.auditevents import chain
 from tests.adapters.receivers import free_port, need

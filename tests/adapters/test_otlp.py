@@ -11,7 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from adapters.auditlog import DeliveryError, DestinationSetupError
-from adapters.otlp import OtlpClient, OtlpConfig, export_request, read_headers, unix_nanos
+from adapters.otlp.client import OtlpClient, read_headers
+from adapters.otlp.config import OtlpConfig
+from adapters.otlp.records import export_request, unix_nanos
 from tests.adapters.auditevents import chain
 from tests.adapters.receivers import OtlpSink
 

@@ -31,21 +31,17 @@ import pytest
 from pydantic import ValidationError
 
 from adapters.actions import ActionContext, ActionError, ActionTimeout
-from adapters.prometheus import (
-    Expectation,
-    PrometheusActions,
+from adapters.prometheus import actions as prometheus_actions
+from adapters.prometheus.actions import PrometheusActions, WaitArguments
+from adapters.prometheus.backend import (
     PrometheusApiBackend,
-    PrometheusConfig,
     PrometheusError,
     PrometheusRejected,
     PrometheusUnavailable,
     Sample,
-    WaitArguments,
-    escape_label_value,
-    label_matcher,
-    selector,
 )
-from adapters.prometheus import actions as prometheus_actions
+from adapters.prometheus.config import PrometheusConfig
+from adapters.prometheus.promql import Expectation, escape_label_value, label_matcher, selector
 from tests.adapters.monitoring import (
     MetricsServer,
     Monitoring,

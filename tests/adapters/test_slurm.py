@@ -23,18 +23,18 @@ from typing import Any
 import pytest
 
 from adapters.actions import ActionContext, ActionError, ActionStopped, ActionTimeout
-from adapters.slurm import (
-    CliBackend,
-    PyslurmBackend,
-    RestBackend,
-    SlurmActions,
+from adapters.slurm.actions import SlurmActions
+from adapters.slurm.backend import (
+    OPERATIONS,
     SlurmBackend,
-    SlurmConfig,
     SlurmctldUnreachable,
     SlurmError,
+    unsupported,
 )
-from adapters.slurm.backend import OPERATIONS, unsupported
-from adapters.slurm.cli import run_process
+from adapters.slurm.cli import CliBackend, run_process
+from adapters.slurm.config import SlurmConfig
+from adapters.slurm.pyslurm_backend import PyslurmBackend
+from adapters.slurm.rest import RestBackend
 from tests.lab.fixture import Lab, SlurmClients, slurm_clients
 
 pytestmark = pytest.mark.lab

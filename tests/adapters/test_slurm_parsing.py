@@ -18,17 +18,12 @@ import pytest
 from pydantic import ValidationError
 
 from adapters.actions import ActionContext, ActionError, ActionTimeout
-from adapters.slurm import (
-    CliBackend,
-    Job,
-    Reservation,
-    SlurmActions,
-    SlurmConfig,
-    SlurmctldUnreachable,
-    SlurmError,
-    parsing,
-)
+from adapters.slurm import parsing
+from adapters.slurm.actions import SlurmActions
+from adapters.slurm.backend import Job, Reservation, SlurmctldUnreachable, SlurmError
 from adapters.slurm.backends import make_backend
+from adapters.slurm.cli import CliBackend
+from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fake import FakeSlurm as FakeBackend
 from kit.hostlist import MAX_NAMES, TooMany, compress, expand, size
 

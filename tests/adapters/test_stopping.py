@@ -17,23 +17,21 @@ from typing import Any
 import pytest
 
 from adapters.actions import ActionContext, ActionStopped
-from adapters.etcd import EtcdActions, EtcdConfig
+from adapters.etcd.actions import EtcdActions
+from adapters.etcd.config import EtcdConfig
 from adapters.etcd.fake import FakeEtcd
 from adapters.kubernetes.actions import KubernetesActions
 from adapters.kubernetes.backend import Eviction, Pod
 from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.fake import FakeKubernetes
 from adapters.notify import ConfirmAction
-from adapters.prometheus import (
-    PrometheusActions,
-    PrometheusApiBackend,
-    PrometheusConfig,
-    PrometheusUnavailable,
-    Sample,
-)
+from adapters.prometheus.actions import PrometheusActions
+from adapters.prometheus.backend import PrometheusApiBackend, PrometheusUnavailable, Sample
+from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.fake import FakePrometheus
-from adapters.slurm import SlurmActions, SlurmConfig
+from adapters.slurm.actions import SlurmActions
 from adapters.slurm.backend import Job
+from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fake import FakeSlurm
 from adapters.slurm.rolling import DriverRolloutAction
 from tests.adapters.test_prometheus import FlakyPrometheus

@@ -14,7 +14,9 @@ import pytest
 from labkit import rsyslog as lab_rsyslog  # deploy/lab: on the path (receivers)
 
 from adapters.auditlog import DeliveryError, DestinationSetupError
-from adapters.syslog import SyslogClient, SyslogConfig, frame, message
+from adapters.syslog.client import SyslogClient
+from adapters.syslog.config import SyslogConfig
+from adapters.syslog.rfc5424 import frame, message
 from tests.adapters.auditevents import chain
 from tests.adapters.receivers import Rsyslogd, make_pki, need
 

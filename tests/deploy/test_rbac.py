@@ -29,7 +29,10 @@ from typing import Any
 import pytest
 
 from adapters.actions import ActionContext
-from adapters.kubernetes import ClientBackend, KubernetesActions, KubernetesConfig, LeaseElector
+from adapters.kubernetes.actions import KubernetesActions
+from adapters.kubernetes.client import ClientBackend
+from adapters.kubernetes.config import KubernetesConfig
+from adapters.kubernetes.leader import LeaseElector
 from tests.deploy.conftest import SESSION_STARTED
 from tests.deploy.kustomize import render
 from tests.lab.fixture import Lab

@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.actions import ActionError
-from adapters.alertmanager import Alert, AlertmanagerBackend, Silence
-from adapters.prometheus import Expectation, PrometheusBackend, judge
-from adapters.prometheus.verdict import SHOWN
+from adapters.alertmanager.backend import Alert, AlertmanagerBackend, Silence
+from adapters.prometheus.backend import PrometheusBackend
+from adapters.prometheus.promql import Expectation
+from adapters.prometheus.verdict import SHOWN, judge
 from bot.execution.checks.core import Outcome
 from bot.execution.planning import PlannedCheck
 

@@ -13,7 +13,8 @@ import pytest
 from pydantic import ValidationError
 
 from adapters.actions import ActionError
-from adapters.alertmanager import BOT_AUTHOR, Alert, AlertmanagerUnavailable
+from adapters.alertmanager.actions import BOT_AUTHOR
+from adapters.alertmanager.backend import Alert, AlertmanagerUnavailable
 from adapters.alertmanager.fake import FakeAlertmanager
 from bot.execution.checks.core import Checks, Outcome
 from bot.execution.checks.monitoring import MAX_COMMENT, AlertsEvaluator

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from adapters.prometheus import (
+from adapters.prometheus.backend import (
     PrometheusApiBackend,
-    PrometheusConfig,
     PrometheusRejected,
     PrometheusUnavailable,
     Sample,
 )
+from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.fake import FakePrometheus
 from bot.execution.checks.core import Checks, Outcome
 from bot.execution.checks.monitoring import MAX_SHOWN, PromqlEvaluator

@@ -15,8 +15,10 @@ from prometheus_client import generate_latest
 from sqlalchemy import Engine, delete
 
 from adapters.auditlog import DeliveryError
-from adapters.otlp import OtlpClient, OtlpConfig
-from adapters.syslog import SyslogClient, SyslogConfig
+from adapters.otlp.client import OtlpClient
+from adapters.otlp.config import OtlpConfig
+from adapters.syslog.client import SyslogClient
+from adapters.syslog.config import SyslogConfig
 from bot.config import ShipConfig
 from bot.runtime import metrics
 from bot.runtime.shipping import Backoff, Destination, Shipper, ship_tasks

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from adapters.otlp import OtlpClient, OtlpConfig
+from adapters.otlp.client import OtlpClient
+from adapters.otlp.config import OtlpConfig
 from bot.config import ShipConfig
 from bot.runtime.shipping import Shipper
 from bot.store import db, shipping

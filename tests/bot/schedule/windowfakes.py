@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from adapters.actions import Action
-from adapters.alertmanager import AlertmanagerActions, AlertmanagerConfig
+from adapters.alertmanager.actions import AlertmanagerActions
+from adapters.alertmanager.config import AlertmanagerConfig
 from adapters.alertmanager.fake import FakeAlertmanager
 from adapters.kubernetes.actions import KubernetesActions
 from adapters.kubernetes.backend import Node

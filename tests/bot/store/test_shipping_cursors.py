@@ -10,7 +10,8 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import inspect
 
-from adapters.otlp import OtlpClient, OtlpConfig
+from adapters.otlp.client import OtlpClient
+from adapters.otlp.config import OtlpConfig
 from bot.runtime.shipping import Shipper
 from bot.store import audit, db, shipping
 from tests.adapters.receivers import OtlpSink
