@@ -1,7 +1,8 @@
 """``k8s.drain_nodes``: drain a set of nodes as ``k8s.drain`` drains one (its ``_Drain``), up
 to ``max_parallel`` nodes at once, each cordoned first, with one budget of eviction calls per
-second shared by all; ``k8s.undrain_nodes`` uncordons exactly the nodes this execution
-cordoned (annotated ``gpu-runbook-bot/cordoned-by=execution-N``).
+second shared by all (``EVICTIONS_PER_SECOND`` by default: why that number is said there);
+``k8s.undrain_nodes`` uncordons exactly the nodes this execution cordoned (annotated
+``gpu-runbook-bot/cordoned-by=execution-N``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,17 @@ def owner(ctx: ActionContext) -> str:
     return f"execution-{ctx.execution_id}"
 
 
+# The default eviction budget, for all nodes together. The budget spares the control plane;
+# the workloads are the PodDisruptionBudgets' job: the API server refuses (429) an eviction
+# its budget does not allow, whatever the rate. 50 a second is kubectl's own discovery
+# budget (50 QPS, burst 300) and kube-scheduler's default client QPS (50), ten times
+# client-go's 5 QPS (burst 10) that kubectl's other requests, its drain's evictions among
+# them, still use. Server side, API Priority and Fairness counts seats, not calls: an
+# eviction (two etcd writes) takes a seat for some 10-20 ms, so 50 a second hold about one of
+# the 49 seats of global-default (a person's requests; a service account's level has 245).
+EVICTIONS_PER_SECOND = 50
+
+
 class FleetArguments(StrictArguments):
     nodes: str = Field(description="Kubernetes node names, as a hostlist: gpu[05-08]")
 
@@ -57,7 +69,7 @@ class FleetArguments(StrictArguments):
 
 class DrainNodesArguments(FleetArguments):
     max_parallel: int = Field(default=16, ge=1, le=64)  # nodes draining at once
-    evictions_per_second: int = Field(default=10, ge=1, le=1000)  # for all nodes together
+    evictions_per_second: int = Field(default=EVICTIONS_PER_SECOND, ge=1, le=1000)  # all nodes
     timeout: Seconds = 7200.0
     grace_period: int | None = Field(default=None, ge=0)
     delete_emptydir_data: bool = True
