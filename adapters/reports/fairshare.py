@@ -23,8 +23,8 @@ from adapters.actions import ActionContext, ActionError, ActionResult, Seconds, 
 from adapters.kubernetes.backend import KubernetesBackend, KubernetesNotFound
 from adapters.registry import Adapter, Built
 from adapters.slurm import fairshare as slurm
-from adapters.slurm.cli import CliBackend
 from adapters.slurm.config import SlurmConfig
+from adapters.slurm.transports.cli import CliBackend
 from kit.durations import format_duration
 
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")

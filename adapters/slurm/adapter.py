@@ -9,7 +9,6 @@ from adapters.actions import Action
 from adapters.prometheus.gate import configured_settle
 from adapters.registry import Adapter, Built
 from adapters.slurm.actions import ACTION_CLASSES, SlurmActions
-from adapters.slurm.backends import make_backend
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fleet import FLEET_ACTIONS, DrainBatchesAction, ResumeBatchesAction
 from adapters.slurm.gpureset import GpuResetAction
@@ -20,6 +19,7 @@ from adapters.slurm.pools import POOL_ACTIONS
 from adapters.slurm.release import ReservationReleaseAction
 from adapters.slurm.rolling import DriverRolloutAction
 from adapters.slurm.slurm_upgrade import UPGRADE_ACTIONS
+from adapters.slurm.transports.choice import make_backend
 
 
 def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:

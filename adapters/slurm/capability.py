@@ -20,15 +20,15 @@ def refusal(config: SlurmConfig, operation: str) -> str | None:
     if config.backend == "cli":
         return None
     if config.backend == "pyslurm":
-        from adapters.slurm.pyslurm_backend import UNSUPPORTED
+        from adapters.slurm.transports.pyslurm.backend import UNSUPPORTED
 
         return UNSUPPORTED.get(operation)
     return _rest_refusal(config, operation)
 
 
 def _rest_refusal(config: SlurmConfig, operation: str) -> str | None:
-    from adapters.slurm.rest import NEEDS, RUN_ON_NODES
-    from adapters.slurm.restclient import VERSIONS, release
+    from adapters.slurm.transports.rest.backend import NEEDS, RUN_ON_NODES
+    from adapters.slurm.transports.rest.client import VERSIONS, release
 
     if operation == "run_on_nodes":
         return RUN_ON_NODES

@@ -10,8 +10,8 @@ from typing import Protocol
 
 from adapters.slurm import parsing
 from adapters.slurm.backend import SlurmError
-from adapters.slurm.cli import CliBackend
 from adapters.slurm.config import SlurmConfig
+from adapters.slurm.transports.cli import CliBackend
 from kit.hostlist import compress
 
 _SETTING = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")

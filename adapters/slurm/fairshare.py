@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from adapters.slurm.cli import CliBackend
+from adapters.slurm.transports.cli import CliBackend
 
 SACCT_FIELDS = ("JobID", "Account", "QOS", "User", "Submit", "Start", "End", "AllocTRES",
                 "ReqTRES", "State")

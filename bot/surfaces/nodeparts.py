@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # The systems the node view reads: adapter name (also its configuration section) -> the
 # module and factory its adapter builds the backend with, imported only when configured.
 VIEW_BACKENDS = {
-    "slurm": ("adapters.slurm.backends", "make_backend"),
+    "slurm": ("adapters.slurm.transports.choice", "make_backend"),
     "kubernetes": ("adapters.kubernetes.reading", "make_reader"),
     "prometheus": ("adapters.prometheus.quick", "QuickPrometheus"),
 }

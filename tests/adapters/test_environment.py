@@ -37,8 +37,8 @@ from adapters.mariadb import (
     option_file_text,
 )
 from adapters.slurm.actions import RunOnNodeArguments, SlurmActions
-from adapters.slurm.cli import CliBackend
 from adapters.slurm.config import SlurmConfig
+from adapters.slurm.transports.cli import CliBackend
 from tests.lab.fixture import Lab
 
 SECRETS = {

@@ -27,8 +27,8 @@ from adapters.reports.fairshare import (
 )
 from adapters.slurm import fairshare as slurm
 from adapters.slurm.backend import SlurmError
-from adapters.slurm.cli import CliBackend
 from adapters.slurm.config import SlurmConfig
+from adapters.slurm.transports.cli import CliBackend
 
 DAY = 86400.0
 NOW = datetime(2026, 3, 31, 8, 0, tzinfo=UTC).timestamp()

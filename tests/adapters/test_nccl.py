@@ -25,7 +25,7 @@ from adapters.slurm.nccltest import (
     NcclTestArguments,
     baseline_key,
 )
-from adapters.slurm.rest import RestBackend
+from adapters.slurm.transports.rest.backend import RestBackend
 
 SAMPLES = Path(__file__).parent / "fixtures" / "nccl"
 NODES = ["h100-a01", "h100-a02"]

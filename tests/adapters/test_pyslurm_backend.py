@@ -16,7 +16,7 @@ import pytest
 from adapters.slurm import commands
 from adapters.slurm.backend import SlurmBackend, SlurmctldUnreachable, SlurmError, unsupported
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.pyslurm_backend import AUTO_INIT, PyslurmBackend, load_pyslurm
+from adapters.slurm.transports.pyslurm.backend import AUTO_INIT, PyslurmBackend, load_pyslurm
 from tests.adapters import fake_pyslurm
 from tests.adapters.fake_pyslurm import (
     DbJobState,

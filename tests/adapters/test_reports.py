@@ -155,8 +155,8 @@ def test_sacct_finding_no_job_is_an_empty_period_not_an_error() -> None:
     """Slurm 22.05's sacct --json reports "Nothing found" as an error when no job ran."""
     import json
 
-    from adapters.slurm.cli import CliBackend
     from adapters.slurm.config import SlurmConfig
+    from adapters.slurm.transports.cli import CliBackend
     from tests.adapters.test_slurm_parsing import FakeRunner
 
     empty = {"meta": {}, "errors": [{"error": "Nothing found", "error_number": 9003,

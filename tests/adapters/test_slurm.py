@@ -31,10 +31,10 @@ from adapters.slurm.backend import (
     SlurmError,
     unsupported,
 )
-from adapters.slurm.cli import CliBackend, run_process
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.pyslurm_backend import PyslurmBackend
-from adapters.slurm.rest import RestBackend
+from adapters.slurm.transports.cli import CliBackend, run_process
+from adapters.slurm.transports.pyslurm.backend import PyslurmBackend
+from adapters.slurm.transports.rest.backend import RestBackend
 from tests.lab.fixture import Lab, SlurmClients, slurm_clients
 
 pytestmark = pytest.mark.lab

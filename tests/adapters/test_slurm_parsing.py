@@ -21,10 +21,10 @@ from adapters.actions import ActionContext, ActionError, ActionTimeout
 from adapters.slurm import parsing
 from adapters.slurm.actions import SlurmActions
 from adapters.slurm.backend import Job, Reservation, SlurmctldUnreachable, SlurmError
-from adapters.slurm.backends import make_backend
-from adapters.slurm.cli import CliBackend
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fake import FakeSlurm as FakeBackend
+from adapters.slurm.transports.choice import make_backend
+from adapters.slurm.transports.cli import CliBackend
 from kit.hostlist import MAX_NAMES, TooMany, compress, expand, size
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -435,7 +435,7 @@ def test_cli_missing_program_and_timeout() -> None:
 
 
 def test_real_runner_times_out_and_terminates(tmp_path: Path) -> None:
-    from adapters.slurm.cli import run_process
+    from adapters.slurm.transports.cli import run_process
 
     marker = tmp_path / "terminated"
     script = (f"trap 'echo TERM > {marker}; kill $!; exit 0' TERM; "

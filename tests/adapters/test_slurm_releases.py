@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from adapters.slurm import parsing, restparse
+from adapters.slurm import parsing
 from adapters.slurm.backend import SlurmError
-from adapters.slurm.cli import CliBackend
 from adapters.slurm.config import SlurmConfig
+from adapters.slurm.transports.cli import CliBackend
+from adapters.slurm.transports.rest import parse as restparse
 from tests.adapters.test_slurm_parsing import FIXTURES, FakeRunner
 
 RELEASES = ["24.11", "26.05"]

@@ -20,10 +20,10 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from adapters.slurm.backend import SlurmctldUnreachable, SlurmError
-from adapters.slurm.backends import make_backend
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.rest import RestBackend
-from adapters.slurm.restauth import TokenSource, claims, mint
+from adapters.slurm.transports.choice import make_backend
+from adapters.slurm.transports.rest.auth import TokenSource, claims, mint
+from adapters.slurm.transports.rest.backend import RestBackend
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KEY = b"k" * 32

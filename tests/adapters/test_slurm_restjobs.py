@@ -11,8 +11,8 @@ import pytest
 
 from adapters.slurm.backend import SlurmError
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.rest import RestBackend
-from adapters.slurm.restjobs import SCRIPT, NodeJob, exit_status, job_body
+from adapters.slurm.transports.rest.backend import RestBackend
+from adapters.slurm.transports.rest.jobs import SCRIPT, NodeJob, exit_status, job_body
 
 
 def code(number: int, signal: int = 0) -> dict[str, Any]:

@@ -14,12 +14,13 @@ from typing import Any
 
 import requests
 
-from adapters.slurm import commands, parsing, restparse
+from adapters.slurm import commands, parsing
 from adapters.slurm.backend import AccountUsage, Job, NodeInfo, Reservation, SlurmError
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.restauth import TokenSource
-from adapters.slurm.restclient import VERSIONS, RestClient, release
-from adapters.slurm.restjobs import NodeJob
+from adapters.slurm.transports.rest import parse as restparse
+from adapters.slurm.transports.rest.auth import TokenSource
+from adapters.slurm.transports.rest.client import VERSIONS, RestClient, release
+from adapters.slurm.transports.rest.jobs import NodeJob
 from kit.hostlist import compress
 
 
@@ -44,7 +45,7 @@ NEEDS = {
     "dbd_queue": Need("diagnostics (sdiag)", "GET", "/slurm/{v}/diag", "v0.0.38"),
     "requeue": Need("job requeue", "GET", "/slurm/{v}/job/{job_id}/requeue", "v0.0.45"),
     "reboot": Need("node reboot"),
-    # a command on a node is a batch job pinned to it (restjobs); v0.0.40 reads job.argv
+    # a command on a node is a batch job pinned to it (jobs.py); v0.0.40 reads job.argv
     "run_on_node": Need("batch job submit with job.argv", "POST", "/slurm/{v}/job/submit",
                         "v0.0.40"),
 }

@@ -19,7 +19,7 @@ from typing import Any
 
 from adapters.slurm import parsing
 from adapters.slurm.backend import SlurmError
-from adapters.slurm.restclient import RestClient
+from adapters.slurm.transports.rest.client import RestClient
 
 SCRIPT = '#!/bin/sh\nexec "$@"\n'  # the command arrives as "$@": quoted by the shell itself
 JOB_NAME = "gpu-runbook-bot"

@@ -19,7 +19,6 @@ from datetime import datetime
 from typing import Any
 
 from adapters.slurm import commands, parsing
-from adapters.slurm import pyslurm_records as records
 from adapters.slurm.backend import (
     AccountUsage,
     Job,
@@ -29,6 +28,7 @@ from adapters.slurm.backend import (
     SlurmError,
 )
 from adapters.slurm.config import SlurmConfig
+from adapters.slurm.transports.pyslurm import records
 from kit.hostlist import compress
 
 PYPI_NOTE = "PyPI has only pyslurm 25.11.x (and 17.x/18.x), whose build requires Slurm 25.11"

@@ -15,7 +15,7 @@ import requests
 from adapters.slurm import parsing
 from adapters.slurm.backend import SlurmctldUnreachable, SlurmError
 from adapters.slurm.config import RestConfig
-from adapters.slurm.restauth import TokenSource
+from adapters.slurm.transports.rest.auth import TokenSource
 
 # Newest first; the Slurm release that introduced each.
 RELEASES = {"v0.0.45": "26.05", "v0.0.44": "25.11", "v0.0.43": "25.05", "v0.0.42": "24.11",

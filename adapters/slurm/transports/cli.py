@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from adapters.environment import child_environment
-from adapters.slurm import commands, parsing, restparse
+from adapters.slurm import commands, parsing
 from adapters.slurm.backend import (
     AccountUsage,
     Job,
@@ -27,6 +27,7 @@ from adapters.slurm.backend import (
     SlurmError,
 )
 from adapters.slurm.config import SlurmConfig
+from adapters.slurm.transports.rest import parse as restparse
 from kit.hostlist import compress
 
 UNREACHABLE = "Unable to contact slurm controller"
