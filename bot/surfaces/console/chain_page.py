@@ -6,17 +6,15 @@ browser back to the page (303)."""
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 from starlette.responses import RedirectResponse, Response
 
 from bot.service import Service
-from bot.store import audit, checkpoints
-from bot.store.schema import audit_archives, audit_events
+from bot.store import audit, checkpoints, queries
 from bot.store.words import Kind
 from bot.surfaces.console.app import PREFIX, SECURITY_HEADERS, Ask, PageRoute
 
@@ -40,7 +38,7 @@ def chain(ask: Ask) -> Response:
         head = audit.last(conn)
         start = audit.start(conn)
         start_problem = audit.start_problem(conn)
-        verifications = _verifications(conn)
+        verifications = queries.verifications(conn, SHOWN_VERIFICATIONS)
         archives = _archives(conn)
     return ask.page("chain.html", head=head, start=start, start_problem=start_problem,
                     verifications=verifications, archives=archives,
@@ -53,8 +51,7 @@ def _archives(conn: Connection) -> list[dict[str, Any]]:
     nothing, so who it names is not shown as who made it."""
     records = audit.records(conn)
     found = []
-    for row in conn.execute(select(audit_archives)
-                            .order_by(audit_archives.c.up_to_seq.desc())).mappings():
+    for row in queries.archives(conn):
         record = next(({"seq": seq, "actor": actor} for seq, actor, data in records
                        if all(data.get(name) == row[name] for name in audit.ARCHIVE_FIELDS)),
                       None)
@@ -96,24 +93,6 @@ def checkpoint_state(service: Service) -> CheckpointState:
         return CheckpointState(str(path), "", problems=[str(exc)])
     note = "the log agrees with every checkpoint" if not problems else ""
     return CheckpointState(str(path), note, count, points[-1] if points else None, problems)
-
-
-def _verifications(conn: Connection) -> list[dict[str, Any]]:
-    """The latest verifications, newest first (an edited one shows its stored text)."""
-    found = []
-    for row in conn.execute(select(audit_events.c.seq, audit_events.c.ts, audit_events.c.actor,
-                                   audit_events.c.data)
-                            .where(audit_events.c.kind == Kind.CHAIN_VERIFIED)
-                            .order_by(audit_events.c.seq.desc())
-                            .limit(SHOWN_VERIFICATIONS)).mappings():
-        try:
-            data = json.loads(row["data"])
-        except ValueError:
-            data = {}
-        if not isinstance(data, dict):
-            data = {}
-        found.append({**data, "seq": row["seq"], "ts": row["ts"], "actor": row["actor"]})
-    return found
 
 
 def _refused(ask: Ask) -> Response:

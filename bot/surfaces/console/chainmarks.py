@@ -8,10 +8,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
-from bot.store import audit
-from bot.store.schema import audit_events
+from bot.store import audit, queries
 
 
 @dataclass(frozen=True)
@@ -26,11 +25,7 @@ def marks(conn: Connection, rows: Iterable[Mapping[str, Any]]) -> dict[int, Mark
     rows = list(rows)
     first, first_prev = audit.start(conn)
     wanted = sorted({int(row["seq"]) - 1 for row in rows} - {first - 1})
-    before: dict[int, str] = {}
-    for chunk in range(0, len(wanted), 500):  # a bound list of parameters each time
-        before.update((int(seq), str(digest)) for seq, digest in conn.execute(
-            select(audit_events.c.seq, audit_events.c.hash)
-            .where(audit_events.c.seq.in_(wanted[chunk:chunk + 500]))))
+    before = queries.hashes(conn, wanted)
     before[first - 1] = first_prev
     return {int(row["seq"]): _mark(row, before) for row in rows}
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 from starlette.responses import Response
 
 from bot.execution import executions
 from bot.execution.executions import Execution
 from bot.runbooks import versions
-from bot.store.schema import approvals, confirmations
+from bot.store import queries
 from bot.store.words import Kind
 from bot.surfaces.console import trail
 from bot.surfaces.console.app import Ask, BadRequest, NotFound, PageRoute
@@ -42,9 +42,7 @@ def execution(ask: Ask) -> Response:
         hidden = secret_values(ex.params)
         events = trail.events(conn, ex.id, hidden)
         decided = decisions(conn, ex, events, hidden)
-        asked = [masked(dict(row), hidden) for row in conn.execute(
-            select(confirmations).where(confirmations.c.execution_id == ex.id)
-            .order_by(confirmations.c.asked_at)).mappings()]
+        asked = [masked(dict(row), hidden) for row in queries.questions(conn, ex.id)]
         previous = versions.before(conn, ex.runbook, ex.version)
     return ask.page(
         "execution.html", ex=ex, params=masked(ex.params, hidden),
@@ -85,8 +83,7 @@ def decisions(conn: Connection, ex: Execution, events: list[trail.Event],
     said = {(e.actor, e.kind, str(e.data.get("plan_hash", ""))): e for e in events
             if e.kind in (Kind.APPROVED, Kind.DENIED)}
     found = []
-    for row in conn.execute(select(approvals).where(approvals.c.execution_id == ex.id)
-                            .order_by(approvals.c.id)).mappings():
+    for row in queries.decisions(conn, ex.id):
         kind = Kind.APPROVED if row["decision"] == "approve" else Kind.DENIED
         event = said.get((row["user"], kind, row["plan_hash"]))
         found.append(Decision(row["user"], row["decision"], row["plan_hash"], row["at"],

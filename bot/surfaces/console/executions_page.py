@@ -8,9 +8,10 @@ from urllib.parse import urlencode
 
 from starlette.responses import Response
 
+from bot.store import listing
 from bot.store.db import READ_ONLY
-from bot.surfaces.console import exports, filters, listing
-from bot.surfaces.console.app import PREFIX, Ask, PageRoute
+from bot.surfaces.console import exports, filters, scope
+from bot.surfaces.console.app import PREFIX, Ask, BadRequest, PageRoute
 from bot.surfaces.console.filters import TIME_SORTS, Filter, Sort
 
 # (heading, sort key or "" for a column that does not sort)
@@ -24,9 +25,12 @@ def executions(ask: Ask) -> Response:
     size = ask.service.config.console.page_size
     with ask.service.db.connect() as conn:
         conn.execution_options(**READ_ONLY)
-        allowed = listing.runbooks_in_scope(conn, ask.viewer, ask.service.config)
-        found = listing.page(conn, flt, sort, allowed, size, after=rest.get("after", ""),
-                             before=rest.get("before", ""))
+        allowed = scope.runbooks_in_scope(conn, ask.viewer, ask.service.config)
+        try:
+            found = listing.page(conn, flt, sort, allowed, size, after=rest.get("after", ""),
+                                 before=rest.get("before", ""))
+        except listing.BadCursor as exc:
+            raise BadRequest(str(exc)) from None
         rows = listing.decorate(conn, found.rows)
         runbooks = allowed if allowed is not None else listing.runbook_names(conn)
     return ask.page("executions.html", flt=flt, sort=sort, rows=rows, runbooks=runbooks,

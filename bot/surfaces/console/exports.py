@@ -16,9 +16,9 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
 from starlette.responses import Response, StreamingResponse
 
-from bot.store import audit
+from bot.store import audit, listing
 from bot.store.db import READ_ONLY
-from bot.surfaces.console import filters, listing, scope
+from bot.surfaces.console import filters, scope
 from bot.surfaces.console.app import SECURITY_HEADERS, Ask, BadRequest, PageRoute
 from bot.surfaces.console.filters import Filter
 from kit.canonical import canonical
@@ -35,14 +35,11 @@ def executions_export(fmt: str) -> Callable[[Ask], Response]:
     def handler(ask: Ask) -> Response:
         flt, sort, _ = filters.parse(ask.query.multi_items(), extra=("sort", "order"))
         with ask.service.db.connect() as conn:
-            allowed = listing.runbooks_in_scope(conn, ask.viewer, ask.service.config)
-        query = listing.ordered(listing.matching(flt, allowed, (*listing.COLUMNS,
-                                                                listing.c.params)), sort)
+            allowed = scope.runbooks_in_scope(conn, ask.viewer, ask.service.config)
 
         def produce(conn: Connection) -> Iterator[str]:
-            result = conn.execute(query.execution_options(stream_results=True,
-                                                          yield_per=BATCH))
-            return _pieces(_execution_lines(conn, result.partitions(BATCH), fmt))
+            return _pieces(_execution_lines(listing.batches(conn, flt, sort, allowed, BATCH),
+                                            fmt))
 
         return _download(ask.service.db, produce, _filename("executions", flt, fmt), fmt)
 
@@ -54,8 +51,8 @@ def events_export(fmt: str) -> Callable[[Ask], Response]:
         flt, _, rest = filters.parse(ask.query.multi_items(), extra=("scope",))
         whole = _whole_log(ask, flt, rest.get("scope", "executions"))
         with ask.service.db.connect() as conn:
-            allowed = listing.runbooks_in_scope(conn, ask.viewer, ask.service.config)
-        among = None if whole else listing.matching(flt, allowed, (listing.c.id,))
+            allowed = scope.runbooks_in_scope(conn, ask.viewer, ask.service.config)
+        among = None if whole else listing.ids_matching(flt, allowed)
 
         def produce(conn: Connection) -> Iterator[str]:
             rows = (audit.events(conn, since=flt.since_at or None, until=flt.until_at or None)
@@ -106,14 +103,14 @@ def _whole_log(ask: Ask, flt: Filter, scope_word: str) -> bool:
     return True
 
 
-def _execution_lines(conn: Connection, batches: Iterator[Any], fmt: str) -> Iterator[str]:
+def _execution_lines(batches: Iterator[list[dict[str, Any]]], fmt: str) -> Iterator[str]:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=FIELDS) if fmt == "csv" else None
     if writer is not None:
         writer.writeheader()
         yield _drain(buffer)
     for batch in batches:
-        for row in listing.decorate(conn, [dict(item._mapping) for item in batch]):
+        for row in batch:
             record = {name: row[name] for name in FIELDS}
             record["break_glass"] = bool(record["break_glass"])
             raw = json.loads(record["params"])

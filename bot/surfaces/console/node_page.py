@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 from starlette.responses import RedirectResponse, Response
 
-from bot.store.schema import execution_nodes, executions
+from bot.store import queries
 from bot.surfaces import nodeview
 from bot.surfaces.console.app import PREFIX, SECURITY_HEADERS, Ask, BadRequest, NotFound, PageRoute
 from bot.surfaces.console.scope import visible
@@ -69,15 +69,7 @@ def touching(conn: Connection, node: str, limit: int, before: int | None,
              may_see: Callable[[str], bool]) -> Touched:
     """The executions that locked ``node`` (newest first, IDs under ``before``), only those
     whose runbook ``may_see`` accepts."""
-    query = (select(executions.c.id, executions.c.runbook, executions.c.version,
-                    executions.c.state, executions.c.requested_by, executions.c.requested_at,
-                    executions.c.finished_at, executions.c.params)
-             .join(execution_nodes, execution_nodes.c.execution_id == executions.c.id)
-             .where(execution_nodes.c.node == node)
-             .order_by(executions.c.id.desc()).limit(limit + 1))
-    if before is not None:
-        query = query.where(executions.c.id < before)
-    rows = [_moved(dict(row)) for row in conn.execute(query).mappings()]
+    rows = [_moved(row) for row in queries.touching(conn, node, limit + 1, before)]
     more = len(rows) > limit
     rows = rows[:limit]
     older = rows[-1]["id"] if more and rows else None

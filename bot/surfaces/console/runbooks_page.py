@@ -8,7 +8,6 @@ import itertools
 from dataclasses import dataclass
 
 import yaml
-from sqlalchemy import func, select
 from starlette.responses import Response
 
 from bot.execution.planning import approval_policy
@@ -16,7 +15,7 @@ from bot.runbooks import versions
 from bot.runbooks.loading import LoadedRunbook, RunbookError
 from bot.runbooks.model import NAME
 from bot.service import Service
-from bot.store.schema import runbook_versions
+from bot.store import queries
 from bot.surfaces.console import sidebyside
 from bot.surfaces.console.app import Ask, BadRequest, NotFound, PageRoute
 from bot.surfaces.console.scope import masked_text, secret_values_in, visible
@@ -33,8 +32,7 @@ class Listed:
 def runbooks(ask: Ask) -> Response:
     loaded, problem = _loaded(ask.service)
     with ask.service.db.connect() as conn:
-        recorded = {str(name): int(count) for name, count in conn.execute(
-            select(runbook_versions.c.name, func.count()).group_by(runbook_versions.c.name))}
+        recorded = queries.version_counts(conn)
     rows = [Listed(name, loaded.get(name), recorded.get(name, 0))
             for name in sorted(set(loaded) | set(recorded))
             if visible(ask.viewer, name, ask.service.config)]

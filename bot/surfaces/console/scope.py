@@ -10,7 +10,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from sqlalchemy import Connection
+
 from bot.config import Config
+from bot.store import listing
 from bot.surfaces.console.identity import Viewer
 
 MASK = "[hidden]"
@@ -33,6 +36,14 @@ def visible(viewer: Viewer, runbook: str, config: Config) -> bool:
     del runbook  # no runbook narrows its requesters yet
     return viewer.auditor or config.matches(viewer.name, config.requesters)
 
+
+
+def runbooks_in_scope(conn: Connection, viewer: Viewer, config: Config) -> list[str] | None:
+    """The runbooks whose executions ``viewer`` may see (``visible`` decides, runbook by
+    runbook, among those the bot has recorded); None for every one (an auditor)."""
+    if viewer.auditor:
+        return None
+    return [name for name in listing.runbook_names(conn) if visible(viewer, name, config)]
 
 def secret_key(key: str) -> bool:
     return key not in NOT_SECRET and bool(SECRET_KEY.search(key.lstrip("-")))

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
-from bot.store.schema import audit_events
+from bot.store import queries
 from bot.store.words import Kind
 from bot.surfaces.console import chainmarks
 from bot.surfaces.console.scope import masked
@@ -84,8 +84,7 @@ def events(conn: Connection, execution_id: int,
            hidden: frozenset[str] = frozenset()) -> list[Event]:
     """Every audit event of the execution, in chain order, each with its chain mark; data
     masked, ``hidden`` values too (scope.secret_values of its parameters)."""
-    rows = conn.execute(select(audit_events).where(audit_events.c.execution_id == execution_id)
-                        .order_by(audit_events.c.seq)).mappings().all()
+    rows = queries.stored_events(conn, execution_id)
     checked = chainmarks.marks(conn, [dict(row) for row in rows])
     found = []
     for row in rows:

@@ -9,11 +9,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, delete
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Engine
 
-from bot.store.db import now_iso
-from bot.store.schema import chat_deliveries
+from bot.store import chatrecord
 
 KEEP = timedelta(days=2)
 
@@ -28,15 +26,9 @@ def key_of(body: dict[str, Any]) -> str | None:
 
 def first_time(engine: Engine, key: str) -> bool:
     """True the first time ``key`` is seen; False for a redelivery."""
-    try:
-        with engine.begin() as conn:
-            conn.execute(chat_deliveries.insert().values(key=key, received_at=now_iso()))
-        return True
-    except IntegrityError:
-        return False
+    return chatrecord.first_delivery(engine, key)
 
 
 def prune(engine: Engine) -> None:
     cutoff = (datetime.now(UTC) - KEEP).strftime("%Y-%m-%dT%H:%M:%S")
-    with engine.begin() as conn:
-        conn.execute(delete(chat_deliveries).where(chat_deliveries.c.received_at < cutoff))
+    chatrecord.forget_deliveries(engine, cutoff)

@@ -1,7 +1,8 @@
 """Plans, progress and proposals in the channel: what the database says, kept up to date.
 
-It decides nothing: it reads the bot's state and posts it, keeping its own record of what
-it posted (``chat_messages``); see ``Poster``.
+It decides nothing: it reads the bot's state (through the store's queries and the command
+paths) and posts it, keeping its own record of what it posted (bot.store.chatrecord); see
+``Poster``.
 """
 
 from __future__ import annotations
@@ -15,20 +16,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
-from sqlalchemy.exc import IntegrityError
-
-from bot.alerts import breaker, proposing
+from bot import commands
 from bot.execution import confirming, executions
 from bot.execution.executions import Execution
 from bot.schedule import windows
 from bot.service import Service
-from bot.store import audit, checkpoints
+from bot.store import audit, chatrecord, checkpoints, queries
 from bot.store.checkpoints import Checkpoint
-from bot.store.db import now_iso
-from bot.store.schema import chat_messages, confirmations, proposals
-from bot.store.schema import executions as executions_table
-from bot.store.words import NOT_ENDED, Kind
+from bot.store.words import Kind
 from bot.surfaces.slack import blocks, deliveries
 from bot.surfaces.slack.blocks import Message
 from kit.canonical import canonical
@@ -107,15 +102,9 @@ class Poster:
 
     def _post_new_executions(self) -> None:
         with self.service.db.connect() as conn:
-            posted = select(chat_messages.c.subject)
-            rows = conn.execute(
-                select(executions_table.c.id).where(
-                    (executions_table.c.state.in_(sorted(NOT_ENDED)))
-                    | (executions_table.c.requested_at >= self._since))
-                .order_by(executions_table.c.id)).all()
-            known = set(conn.execute(posted.where(
-                chat_messages.c.subject.like("execution:%"))).scalars())
-        for (execution_id,) in rows:
+            ids = queries.execution_ids_since(conn, self._since)
+        known = chatrecord.posted(self.service.db, "execution:%")
+        for execution_id in ids:
             if f"execution:{execution_id}" not in known:
                 self._post_root(execution_id)
 
@@ -214,12 +203,10 @@ class Poster:
         for subject, ts, _ in self._open_messages(f"confirm:{ex.id}:%"):
             step_id = subject.split(":", 2)[2]
             with self.service.db.connect() as conn:
-                row = conn.execute(select(confirmations).where(
-                    confirmations.c.execution_id == ex.id,
-                    confirmations.c.step_id == step_id)).first()
-            if row is not None and row.answer is not None:
-                answered = blocks.answered_message(row.question, row.answer,
-                                                   row.answered_by or "?")
+                row = queries.question(conn, ex.id, step_id)
+            if row is not None and row["answer"] is not None:
+                answered = blocks.answered_message(row["question"], row["answer"],
+                                                   row["answered_by"] or "?")
                 self.client.chat_update(channel=self.channel, ts=ts, text=answered.text,
                                         blocks=answered.blocks)
                 self._set(subject, final=1)
@@ -230,13 +217,12 @@ class Poster:
 
     def _proposals(self) -> None:
         with self.service.db.connect() as conn:
-            open_ids = conn.execute(select(proposals.c.id).where(
-                proposals.c.state == "open")).scalars().all()
+            open_ids = queries.open_proposal_ids(conn)
         for proposal_id in open_ids:
-            proposal = proposing.get(self.service, proposal_id)
+            proposal = commands.get_proposal(self.service, proposal_id)
             self._post(f"proposal:{proposal_id}", blocks.proposal_message(proposal))
         for subject, ts, rendered in self._open_messages("proposal:%"):
-            proposal = proposing.get(self.service, int(subject.split(":")[1]))
+            proposal = commands.get_proposal(self.service, int(subject.split(":")[1]))
             message = blocks.proposal_message(proposal)
             if _digest(message) != rendered:
                 self.client.chat_update(channel=self.channel, ts=ts, text=message.text,
@@ -251,7 +237,7 @@ class Poster:
 
     def _breaker(self) -> None:
         """Say once in the channel that the breaker tripped (whichever replica posts)."""
-        tripped = breaker.tripped(self.service)
+        tripped = commands.breaker_tripped(self.service)
         if tripped is None:
             return
         seq, reason = tripped
@@ -265,7 +251,7 @@ class Poster:
 
     def _overdue_windows(self) -> None:
         """Say once that a window passed its end and waits for runs inside it."""
-        for window, waiting in windows.overdue(self.service):
+        for window, waiting in commands.overdue_windows(self.service):
             text = ":hourglass: " + windows.overdue_text(window, waiting)
             self._post(f"window-overdue:{window.id}", Message(text, [
                 {"type": "section", "text": {"type": "mrkdwn", "text": text}}]))
@@ -274,14 +260,7 @@ class Poster:
 
     def _claim(self, subject: str) -> bool:
         """The subject's row, ours to post; False when posted already (or by another replica)."""
-        try:
-            with self.service.db.begin() as conn:
-                conn.execute(chat_messages.insert().values(
-                    subject=subject, channel=self.channel, ts=None, rendered=None, final=0,
-                    updated_at=now_iso()))
-        except IntegrityError:
-            return False
-        return True
+        return chatrecord.claim(self.service.db, subject, self.channel)
 
     def _post(self, subject: str, message: Message, thread_ts: str | None = None) -> None:
         """Post once: claim the subject, post, remember the ts (or let go on failure)."""
@@ -291,27 +270,15 @@ class Poster:
             answer = self.client.chat_postMessage(channel=self.channel, text=message.text,
                                                   blocks=message.blocks, thread_ts=thread_ts)
         except Exception:
-            with self.service.db.begin() as conn:
-                conn.execute(delete(chat_messages).where(chat_messages.c.subject == subject))
+            chatrecord.let_go(self.service.db, subject)
             raise
         self._set(subject, ts=str(answer["ts"]), rendered=_digest(message))
 
     def _open_messages(self, pattern: str) -> list[tuple[str, str, str | None]]:
-        with self.service.db.connect() as conn:
-            return [(r.subject, r.ts, r.rendered) for r in conn.execute(
-                select(chat_messages).where(chat_messages.c.subject.like(pattern),
-                                            chat_messages.c.final == 0,
-                                            chat_messages.c.ts.is_not(None))
-                .order_by(chat_messages.c.updated_at))]
+        return chatrecord.unsettled(self.service.db, pattern)
 
     def _set(self, subject: str, **values: Any) -> None:
-        with self.service.db.begin() as conn:
-            _update(conn, subject, values)
-
-
-def _update(conn: Connection, subject: str, values: dict[str, Any]) -> None:
-    conn.execute(update(chat_messages).where(chat_messages.c.subject == subject)
-                 .values(**values, updated_at=now_iso()))
+        chatrecord.mark(self.service.db, subject, **values)
 
 
 def _digest(message: Message) -> str:

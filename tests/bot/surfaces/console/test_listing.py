@@ -1,8 +1,8 @@
-"""The console's executions table (bot.surfaces.console.filters, listing, executions_page):
-every filter against an independent model of the rows, every sort, keyset paging that
-visits the filtered set exactly once in order (forwards and back), a tired user's typos
-answered 400 with nothing changed, the viewer's scope, the columns new executions fill, and
-revision 0010's backfill of executions made before it."""
+"""The console's executions table (bot.surfaces.console.filters, executions_page; the SQL in
+bot.store.listing): every filter against an independent model of the rows, every sort,
+keyset paging that visits the filtered set exactly once in order (forwards and back), a
+tired user's typos answered 400 with nothing changed, the viewer's scope, the columns new
+executions fill, and revision 0010's backfill of executions made before it."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from bot.execution.engine import Engine
 from bot.service import Service
+from bot.store import listing
 from bot.store.schema import execution_nodes, executions
-from bot.surfaces.console import filters, listing, scope
+from bot.surfaces.console import filters, scope
 from bot.surfaces.console.app import BadRequest
 from bot.surfaces.console.identity import Viewer
 from tests.bot import fakes
@@ -50,7 +51,7 @@ def ids_of(bot: Service, query: list[tuple[str, str]], size: int = 500,
            viewer: Viewer = AUDITOR) -> list[int]:
     flt, sort, _ = filters.parse(query)
     with bot.db.connect() as conn:
-        allowed = listing.runbooks_in_scope(conn, viewer, bot.config)
+        allowed = scope.runbooks_in_scope(conn, viewer, bot.config)
         found = listing.page(conn, flt, sort, allowed, size)
     return [row["id"] for row in found.rows]
 

@@ -1,7 +1,8 @@
-"""The executions the console lists: the SQL of a filter (bot.surfaces.console.filters) within
-the viewer's scope, one page of it in the chosen sort continued by a keyset cursor (the
-last row's sort value and id, so a page never skips or repeats a row as rows are added),
-and what the table shows beside each row: the nodes (a hostlist) and the approvers."""
+"""The executions a filter selects (the console's, bot.surfaces.console.filters), among the
+runbooks a viewer may see: one page of them in the chosen sort continued by a keyset cursor
+(the last row's sort value and id, so a page never skips or repeats a row as rows are
+added), all of them in batches (the downloads), and what a table shows beside each row:
+the nodes (a hostlist) and the approvers. The console reads executions only through here."""
 
 from __future__ import annotations
 
@@ -9,14 +10,13 @@ import base64
 import binascii
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement, Select, bindparam, false, literal, select, true, tuple_
 from sqlalchemy.engine import Connection
 
-from bot.config import Config
 from bot.store.schema import (
     FINISHED_SORT,
     UNFINISHED,
@@ -25,10 +25,6 @@ from bot.store.schema import (
     executions,
     runbook_versions,
 )
-from bot.surfaces.console import scope
-from bot.surfaces.console.app import BadRequest
-from bot.surfaces.console.filters import Filter, Sort
-from bot.surfaces.console.identity import Viewer
 from kit import hostlist
 
 c = executions.c
@@ -45,17 +41,56 @@ _APPROVERS = select(approvals.c.execution_id, approvals.c.user).where(
     approvals.c.decision == "approve").order_by(approvals.c.id)
 
 
+class BadCursor(ValueError):
+    """A page cursor this listing did not make, or one of another sort; the words say why."""
+
+
+class Filter(Protocol):
+    """What selects executions (bot.surfaces.console.filters.Filter is one): equal fields,
+    states, a time range, break-glass and failed checks (any, yes, no), nodes."""
+
+    @property
+    def runbook(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def requester(self) -> str: ...
+    @property
+    def approver(self) -> str: ...
+    @property
+    def change(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def states(self) -> tuple[str, ...]: ...
+    @property
+    def since_at(self) -> str: ...
+    @property
+    def until_at(self) -> str: ...
+    @property
+    def break_glass(self) -> str: ...
+    @property
+    def failed_checks(self) -> str: ...
+    @property
+    def nodes(self) -> tuple[str, ...]: ...
+
+
+class Sort(Protocol):
+    """Their order (bot.surfaces.console.filters.Sort is one)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def descending(self) -> bool: ...
+    @property
+    def column(self) -> str: ...
+    @property
+    def order(self) -> str: ...
+
+
 def runbook_names(conn: Connection) -> list[str]:
     """Every runbook the bot has recorded a version of."""
     return list(conn.execute(RUNBOOK_NAMES).scalars())
-
-
-def runbooks_in_scope(conn: Connection, viewer: Viewer, config: Config) -> list[str] | None:
-    """The runbooks whose executions ``viewer`` may see (scope.visible decides, runbook by
-    runbook, among those the bot has recorded); None for every one (an auditor)."""
-    if viewer.auditor:
-        return None
-    return [name for name in runbook_names(conn) if scope.visible(viewer, name, config)]
 
 
 def matching(flt: Filter, allowed: Sequence[str] | None,
@@ -113,9 +148,9 @@ class Page:
 def page(conn: Connection, flt: Filter, sort: Sort, allowed: Sequence[str] | None,
          size: int, *, after: str = "", before: str = "") -> Page:
     """One page of matching executions: the first, the one after ``after`` or the one
-    before ``before`` (cursors of this sort; BadRequest for another's)."""
+    before ``before`` (cursors of this sort; BadCursor for another's)."""
     if after and before:
-        raise BadRequest("give after or before, not both")
+        raise BadCursor("give after or before, not both")
     cursor = _decode(after or before, sort) if (after or before) else None
     backwards = bool(before)
     query = ordered(matching(flt, allowed), sort, reverse=backwards)
@@ -174,14 +209,14 @@ def _decode(cursor: str, sort: Sort) -> tuple[str, int]:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         key, order, value, last_id = json.loads(raw)
     except (binascii.Error, ValueError, TypeError):
-        raise BadRequest("the page cursor is not one this console made; start again from "
-                         "the first page") from None
+        raise BadCursor("the page cursor is not one this console made; start again from "
+                        "the first page") from None
     if not isinstance(value, str) or not isinstance(last_id, int) or isinstance(last_id, bool):
-        raise BadRequest("the page cursor is not one this console made; start again from "
-                         "the first page")
+        raise BadCursor("the page cursor is not one this console made; start again from "
+                        "the first page")
     if (key, order) != (sort.key, sort.order):
-        raise BadRequest(f"the page cursor belongs to another sort ({key} {order}, not "
-                         f"{sort.key} {sort.order}): start again from the first page")
+        raise BadCursor(f"the page cursor belongs to another sort ({key} {order}, not "
+                        f"{sort.key} {sort.order}): start again from the first page")
     return value, last_id
 
 
@@ -196,3 +231,19 @@ def params_of(conn: Connection, execution_id: int) -> dict[str, Any]:
     """The parameters an execution was requested with ({} when there is no such row)."""
     text = conn.execute(select(c.params).where(c.id == execution_id)).scalar()
     return dict(json.loads(text)) if text else {}
+
+
+def batches(conn: Connection, flt: Filter, sort: Sort, allowed: Sequence[str] | None,
+            size: int) -> Iterator[list[dict[str, Any]]]:
+    """Every matching execution in the sort's order, with its parameters, ``size`` rows at a
+    time, each batch decorated; read as they are used (a server-side cursor on PostgreSQL)."""
+    query = ordered(matching(flt, allowed, (*COLUMNS, c.params)), sort)
+    result = conn.execute(query.execution_options(stream_results=True, yield_per=size))
+    for batch in result.partitions(size):
+        yield decorate(conn, [dict(row._mapping) for row in batch])
+
+
+def ids_matching(flt: Filter, allowed: Sequence[str] | None) -> Select[Any]:
+    """The IDs of the matching executions, as a query to select their audit events by
+    (bot.store.audit.events' ``executions_of``)."""
+    return matching(flt, allowed, (c.id,))
