@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,10 +41,11 @@ from bot.execution.planning import (
     with_break_glass,
     with_outside_window,
 )
-from bot.runbooks import params, secrets, versions
+from bot.runbooks import checked, params, secrets, versions
 from bot.runbooks.catalogue import Catalogue
+from bot.runbooks.checked import Checked
 from bot.runbooks.inventory import LiveInventory
-from bot.runbooks.loading import LoadedRunbook, RunbookError, load_all, load_text
+from bot.runbooks.loading import LaterArguments, LoadedRunbook, RunbookError, load_all, load_text
 from bot.runbooks.model import Runbook
 from bot.store import audit, db
 from bot.store.schema import approvals, maintenance_windows, runbook_versions
@@ -67,6 +69,10 @@ class Preapproval:
 
 # Service.from_config's inventory until the first read lists the pools.
 NOT_LISTED_YET = params.Inventory()
+# Service.from_config's assembled parts until their first read (Service._assembled).
+_LATER: Any = object()
+_ASSEMBLED = ("catalogue", "checks", "warnings", "backends", "live_inventory")
+_ASSEMBLING = threading.Lock()
 
 
 def _seen_hash(plan_hash: str | None) -> str | None:
@@ -104,50 +110,82 @@ class Service:
     inventory: params.Inventory
     warnings: list[str] = field(default_factory=list)  # e.g. a pool that could not be listed
     backends: dict[str, Any] = field(default_factory=dict)  # for read-only views (node view)
-    # lists the pools again when older than inventory.refresh_seconds (from_config sets it)
-    live_inventory: LiveInventory | None = None
+    # lists the pools again when older than inventory.refresh_seconds (from_config sets it;
+    # a factory, not a class default, so that a read before assembly reaches __getattr__)
+    live_inventory: LiveInventory | None = field(default_factory=lambda: None)
     _runbooks: dict[str, LoadedRunbook] | None = None
     _pinned: dict[tuple[str, str, str], LoadedRunbook] = field(default_factory=dict)
     _box: SecretBox | None = None
     _box_read: bool = False
 
-    @classmethod
-    def from_config(cls, config: Config) -> Service:
-        from bot.execution.assembly import assemble
+    # from_config: the adapters, built when a command first needs the catalogue, the
+    # checks, the backends or the inventory (status, history, approve... never do)
+    _assemble: Callable[[], Any] | None = None
+    _checked: Checked | None = None  # the runbook files that passed before (from_config)
 
-        engine = db.connect(config.resolved_database_url(), create=config.database.create)
-        parts = assemble(config, engine)
-        return cls(
-            config=config,
-            db=engine,
-            catalogue=parts.catalogue,
-            checks=parts.checks,
-            inventory=NOT_LISTED_YET,  # listed at first use: see __getattr__
-            warnings=parts.warnings,
-            backends=parts.backends,
-            live_inventory=parts.live,
-        )
+    @classmethod
+    def from_config(cls, config: Config,
+                    on_problems: Callable[[list[str]], None] | None = None) -> Service:
+        """The service of a configuration; ``on_problems`` hears why a pool could not be
+        listed, each time the pools are listed."""
+        handle = db.connect(config.resolved_database_url(), create=config.database.create)
+
+        def assemble() -> Any:
+            from bot.execution.assembly import assemble
+
+            parts = assemble(config, handle)
+            if on_problems is not None:
+                parts.live.on_problems = on_problems
+            return parts
+
+        return cls(config=config, db=handle, catalogue=_LATER, checks=_LATER,
+                   inventory=NOT_LISTED_YET, _assemble=assemble,
+                   _checked=Checked.read(checked.beside(config.resolved_database_url())))
 
     def __post_init__(self) -> None:
+        if self._assemble is not None:
+            for name in _ASSEMBLED:  # the first read assembles them (__getattr__)
+                self.__dict__.pop(name, None)
         if self.inventory is NOT_LISTED_YET:
-            if self.live_inventory is None:
+            if self._assemble is None and self.live_inventory is None:
                 raise ValueError("an inventory listed at first use needs live_inventory")
             del self.inventory  # the first read lists the pools (__getattr__)
 
     if not TYPE_CHECKING:  # hidden from mypy, which would allow any attribute otherwise
         def __getattr__(self, name: str) -> Any:
-            """Only ever ``inventory`` before its first listing: commands that never read
-            it (status, approve, cancel...) never wait on Slurm or Kubernetes."""
-            if name != "inventory" or self.__dict__.get("live_inventory") is None:
+            """Only ever the assembled parts before their first use, or ``inventory`` before
+            its first listing: commands that never read them (status, approve, cancel...)
+            never build an adapter nor wait on Slurm or Kubernetes."""
+            if name in _ASSEMBLED and self.__dict__.get("_assemble") is not None:
+                self._assembled()
+                return self.__dict__[name]
+            if name != "inventory" or (self.__dict__.get("live_inventory") is None
+                                       and self.__dict__.get("_assemble") is None):
                 raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
             return self.refresh_inventory()
+
+    def _assembled(self) -> None:
+        """Build the adapters (bot.execution.assembly): the catalogue, checks, backends;
+        once, whichever thread reads first."""
+        with _ASSEMBLING:
+            if self._assemble is None:
+                return
+            parts = self._assemble()
+            self._assemble = None
+        built = {"catalogue": parts.catalogue, "checks": parts.checks,
+                 "warnings": parts.warnings, "backends": parts.backends,
+                 "live_inventory": parts.live}
+        for name, value in built.items():  # a part set before (a test's own) is kept
+            self.__dict__.setdefault(name, value)
 
     # --- runbooks -----------------------------------------------------------------
 
     def runbooks(self, actor: str = "bot") -> dict[str, LoadedRunbook]:
         """Every runbook, validated, with its version recorded (or refused on a conflict)."""
         if self._runbooks is None:
-            found = load_all(self.config.runbook_paths, self.catalogue.arguments())
+            found = load_all(self.config.runbook_paths,
+                             LaterArguments(lambda: self.catalogue.arguments()),
+                             checked=self._checked)
             with self.db.begin() as conn:
                 problems = []
                 for loaded in found.values():

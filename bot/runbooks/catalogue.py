@@ -6,34 +6,60 @@ bot.execution.assembly is the one place that decides which adapters a configured
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from adapters.actions import Action, StrictArguments, takes_out
 from adapters.host import HostRunAction
 from adapters.notify import ConfirmAction, Confirmations, NotifyAction
 from adapters.registry import registered
-from adapters.slurm.nccltest import NcclBaselines
 from bot.config import Config
+
+if TYPE_CHECKING:
+    from adapters.slurm.nccltest import NcclBaselines
 
 # The bot's own actions, there whatever adapters are configured.
 _STANDARD = (NotifyAction, ConfirmAction, HostRunAction)
-# Every action class any adapter ships, with the configuration section that enables it
-# (docs/actions.md is made from these), and the arguments of each.
-ACTION_CLASSES: dict[str, tuple[type[Any], str]] = {
-    **{cls.name: (cls, "always") for cls in _STANDARD},
-    **{cls.name: (cls, adapter.section)
-       for adapter in registered() for cls in adapter.action_classes},
-}
-KNOWN: dict[str, tuple[type[StrictArguments], str]] = {
-    name: (cls.Arguments, section) for name, (cls, section) in ACTION_CLASSES.items()}
 
-# Every shipped action that takes GPUs out of service -> the arguments naming its nodes
-# (adapters.actions.takes_out): a runbook step calling one needs a capacity guard.
-TAKES_OUT: dict[str, tuple[str, ...]] = {
-    cls.name: takes_out(cls)
-    for adapter in registered() for cls in adapter.action_classes if takes_out(cls)
-}  # the bot's own actions (notify, confirm, host.run) take nothing out
+
+@cache
+def action_classes() -> dict[str, tuple[type[Any], str]]:
+    """Every action class any adapter ships, with the configuration section that enables it
+    (docs/actions.md is made from these). Made at first use: it imports every adapter."""
+    return {**{cls.name: (cls, "always") for cls in _STANDARD},
+            **{cls.name: (cls, adapter.section)
+               for adapter in registered() for cls in adapter.action_classes}}
+
+
+@cache
+def known() -> dict[str, tuple[type[StrictArguments], str]]:
+    """The arguments of every action a runbook may name, and the section enabling it."""
+    return {name: (cls.Arguments, section) for name, (cls, section) in action_classes().items()}
+
+
+@cache
+def taking_out() -> dict[str, tuple[str, ...]]:
+    """Every shipped action that takes GPUs out of service -> the arguments naming its nodes
+    (adapters.actions.takes_out): a runbook step calling one needs a capacity guard. The
+    bot's own actions (notify, confirm, host.run) take nothing out."""
+    return {cls.name: takes_out(cls)
+            for adapter in registered() for cls in adapter.action_classes if takes_out(cls)}
+
+
+# ACTION_CLASSES, KNOWN and TAKES_OUT: the tables above, made when first read (PEP 562), so
+# that a command which never checks or plans a runbook never imports the adapters' actions.
+_TABLES: dict[str, Callable[[], Any]] = {
+    "ACTION_CLASSES": action_classes, "KNOWN": known, "TAKES_OUT": taking_out}
+if TYPE_CHECKING:
+    ACTION_CLASSES: dict[str, tuple[type[Any], str]]
+    KNOWN: dict[str, tuple[type[StrictArguments], str]]
+    TAKES_OUT: dict[str, tuple[str, ...]]
+else:
+    def __getattr__(name: str) -> Any:
+        if name in _TABLES:
+            return _TABLES[name]()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class NotConfigured(KeyError):
@@ -53,10 +79,16 @@ class Catalogue:
     def __init__(
         self,
         actions: Iterable[Action],
-        known: Mapping[str, tuple[type[StrictArguments], str]] | None = None,
+        known: Mapping[str, tuple[type[StrictArguments], str]]
+        | Callable[[], Mapping[str, tuple[type[StrictArguments], str]]] | None = None,
     ) -> None:
         self._actions = {action.name: action for action in actions}
-        self._known = dict(known if known is not None else {})
+        self._known_given = known if known is not None else {}
+
+    @property
+    def _known(self) -> Mapping[str, tuple[type[StrictArguments], str]]:
+        """Every action a runbook may name (a callable given: made when first needed)."""
+        return self._known_given() if callable(self._known_given) else self._known_given
 
     def get(self, name: str) -> Action:
         try:
@@ -76,7 +108,7 @@ class Catalogue:
     def takes_out(self, name: str) -> tuple[str, ...]:
         """The arguments of action ``name`` that hold the nodes it takes out of service."""
         action = self._actions.get(name)
-        return takes_out(action) if action is not None else TAKES_OUT.get(name, ())
+        return takes_out(action) if action is not None else taking_out().get(name, ())
 
     def names(self) -> list[str]:
         return sorted(self._actions)

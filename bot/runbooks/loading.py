@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import math
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from adapters.actions import StrictArguments
+from bot.runbooks import catalogue as actions
 from bot.runbooks import params, templating
-from bot.runbooks.catalogue import TAKES_OUT
+from bot.runbooks.checked import Checked
 from bot.runbooks.model import CHECK_KINDS, CheckSpec, Runbook
 from bot.runbooks.partial import partial
 from bot.runbooks.secrets import secret_names
@@ -51,13 +53,56 @@ class LoadedRunbook:
         return self.runbook.name
 
 
+class LaterArguments(Mapping[str, type[StrictArguments]]):
+    """The arguments of the actions runbooks may name, made when first read: a file that
+    passed its checks before (bot.runbooks.checked) needs none of them. ``mark`` stands for
+    them in a check's key: "shipped" for every action the adapters ship (the code's)."""
+
+    def __init__(self, make: Callable[[], Mapping[str, type[StrictArguments]]],
+                 mark: str = "shipped") -> None:
+        self._make = make
+        self._made: Mapping[str, type[StrictArguments]] | None = None
+        self.mark = mark
+
+    def _all(self) -> Mapping[str, type[StrictArguments]]:
+        if self._made is None:
+            self._made = self._make()
+        return self._made
+
+    def __getitem__(self, name: str) -> type[StrictArguments]:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+def shipped_arguments() -> LaterArguments:
+    """Every action any adapter ships, as ``runbook validate`` checks files against."""
+    return LaterArguments(lambda: {name: known[0] for name, known in actions.known().items()})
+
+
+def check_context(catalogue: Mapping[str, type[StrictArguments]],
+                  host_commands: Collection[str] | None) -> str:
+    """What a check took besides the file, for its key: the actions (their mark, else
+    their names and argument models) and the host commands allowed."""
+    mark = getattr(catalogue, "mark", None)
+    named = mark if isinstance(mark, str) else sorted(
+        (name, f"{model.__module__}.{model.__qualname__}") for name, model in catalogue.items())
+    allowed = sorted(host_commands) if host_commands is not None else None
+    return json.dumps([named, allowed])
+
+
 def load_text(
     source: str, path: Path, catalogue: Mapping[str, type[StrictArguments]],
-    host_commands: Collection[str] | None = None,
+    host_commands: Collection[str] | None = None, checked: Checked | None = None,
 ) -> LoadedRunbook:
     """Parse and validate one runbook's text; raises RunbookError naming every problem.
     With ``host_commands`` (``runbook validate``), a host.run command or command check
-    not among them is one too."""
+    not among them is one too. ``checked``: the checks past the schema are skipped when
+    this very text passed them before in the same context, and remembered when it passes."""
     data, lines = _parse_yaml(source, path)
     where = _Locator(path, lines)
     if not isinstance(data, dict):
@@ -77,9 +122,13 @@ def load_text(
         problems += _checks(found, catalogue, skipping, host_commands,
                             guard=not any(b[0] == "pre_checks" for b in broken))
         raise RunbookError([p for p in problems if p]) from exc
-    problems = _checks(runbook, catalogue, where, host_commands)
-    if problems:
-        raise RunbookError(problems)
+    key = checked.key(source, check_context(catalogue, host_commands)) if checked else ""
+    if checked is None or key not in checked:
+        problems = _checks(runbook, catalogue, where, host_commands)
+        if problems:
+            raise RunbookError(problems)
+        if checked is not None:
+            checked.add(key)
     digest = hashlib.sha256(canonical(data).encode()).hexdigest()
     return LoadedRunbook(runbook=runbook, path=path, source=source, content_hash=digest)
 
@@ -145,12 +194,13 @@ def named_host_commands(runbook: Runbook) -> list[tuple[Path_, str]]:
 
 
 def load_file(path: Path, catalogue: Mapping[str, type[StrictArguments]],
-              host_commands: Collection[str] | None = None) -> LoadedRunbook:
+              host_commands: Collection[str] | None = None,
+              checked: Checked | None = None) -> LoadedRunbook:
     try:
         source = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise RunbookError([f"{path}: cannot read: {exc}"]) from exc
-    return load_text(source, path, catalogue, host_commands)
+    return load_text(source, path, catalogue, host_commands, checked)
 
 
 def runbook_files(paths: Iterable[Path]) -> list[Path]:
@@ -166,16 +216,29 @@ def runbook_files(paths: Iterable[Path]) -> list[Path]:
 def load_all(
     paths: Iterable[Path], catalogue: Mapping[str, type[StrictArguments]],
     host_commands: Collection[str] | None = None, exempt: Path | None = None,
+    checked: Checked | None = None,
 ) -> dict[str, LoadedRunbook]:
     """Every runbook under ``paths`` by name; all problems of all files in one RunbookError.
     ``host_commands``: checked in every file but those under ``exempt`` (the shipped
-    runbooks, whose host commands a site configures when it uses them)."""
+    runbooks, whose host commands a site configures when it uses them). ``checked``: the
+    files that passed before (bot.runbooks.checked), saved again at the end."""
+    try:
+        return _load_all(paths, catalogue, host_commands, exempt, checked)
+    finally:
+        if checked is not None:
+            checked.save()
+
+
+def _load_all(
+    paths: Iterable[Path], catalogue: Mapping[str, type[StrictArguments]],
+    host_commands: Collection[str] | None, exempt: Path | None, checked: Checked | None,
+) -> dict[str, LoadedRunbook]:
     found: dict[str, LoadedRunbook] = {}
     problems: list[str] = []
     for file in runbook_files(paths):
         mine = exempt is None or exempt.resolve() not in file.resolve().parents
         try:
-            loaded = load_file(file, catalogue, host_commands if mine else None)
+            loaded = load_file(file, catalogue, host_commands if mine else None, checked)
         except RunbookError as exc:
             problems.extend(exc.problems)
             continue
@@ -285,7 +348,8 @@ def _check_capacity_guard(runbook: Runbook, where: _Locator) -> list[str]:
                      f"{step.action} takes GPUs out of service: add a capacity pre-check "
                      f"over its nodes (pre_checks: - capacity: {{pool_of: ..., "
                      f"min_free_gpus_after: ...}})")
-            for index, step in enumerate(runbook.steps) if step.action in TAKES_OUT]
+            for index, step in enumerate(runbook.steps)
+            if step.action in actions.taking_out()]
 
 
 def _check_call(

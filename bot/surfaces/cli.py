@@ -296,10 +296,8 @@ def _config(args: argparse.Namespace) -> Config:
 def _bot(args: argparse.Namespace, config: Config | None = None) -> Service:
     from bot.service import Service
 
-    service = Service.from_config(config or _config(args))
-    if service.live_inventory is not None:  # the pools are listed when a command first needs them
-        service.live_inventory.on_problems = _warn
-    return service
+    # the adapters are built, and the pools listed, when a command first needs them
+    return Service.from_config(config or _config(args), on_problems=_warn)
 
 
 def _warn(problems: list[str]) -> None:
