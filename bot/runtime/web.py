@@ -1,10 +1,10 @@
 """The ASGI application ``runbook serve`` runs under uvicorn (bot.runtime.httpserver).
 
 Routes are plain functions ``(headers, body) -> Response`` run in a worker thread, so the
-event loop only reads requests and writes answers. Before a route runs, the body is
-checked (bot.runtime.access) and read within ``read_timeout``; at most ``max_requests``
-are answered at once and four times as many bodies read (503 beyond, ``Places``); each
-answer is timed and logged without secrets.
+event loop only reads requests and writes answers (an ``AtOnce`` route may answer there).
+Before a route runs, the body is checked (bot.runtime.access) and read within
+``read_timeout``; at most ``max_requests`` are answered at once and four times as many
+bodies read (503 beyond, ``Places``); each answer is timed and logged without secrets.
 """
 
 from __future__ import annotations
@@ -49,6 +49,22 @@ class Response:
 
 # A POST route: (request headers, raw body) -> response. Headers keys are lower case.
 Route = Callable[[Mapping[str, str], bytes], Response]
+
+
+class AtOnce:
+    """A POST route some of whose answers are given on the event loop, with no worker thread,
+    so that they never queue behind busy threads (Slack's acknowledgement: it wants one in
+    3 s, under a burst of commands whose work holds the threads). ``first`` must be quick and
+    never wait (no database, no network): it returns the answer, or None to let ``rest``
+    answer in a worker thread. Called as a plain route, it runs both in the caller's thread."""
+
+    def __init__(self, first: Callable[[Mapping[str, str], bytes], Response | None],
+                 rest: Route) -> None:
+        self.first = first
+        self.rest = rest
+
+    def __call__(self, headers: Mapping[str, str], body: bytes) -> Response:
+        return self.first(headers, body) or self.rest(headers, body)
 
 
 @dataclass(frozen=True)
@@ -107,6 +123,10 @@ def post_endpoint(route: Route, limits: Limits, places: Places) -> Callable[[Req
         with places.answering.one() as answering:
             if not answering:
                 return places.answering.refusal()
+            if isinstance(route, AtOnce):
+                at_once = route.first(headers, body)
+                return _answer(at_once if at_once is not None
+                               else await run_in_threadpool(route.rest, headers, body))
             return _answer(await run_in_threadpool(route, headers, body))
 
     return endpoint

@@ -170,7 +170,6 @@ def served(make_bot: BotFactory) -> Iterator[Served]:
         server.stop()
         for name in LOGGERS:
             logging.getLogger(name).removeHandler(failures)
-        surface.dispatching.shutdown(wait=True)
         ack_pool(surface).shutdown(wait=True)
         surface.work.shutdown(wait=True)
         slack.shutdown()
@@ -191,9 +190,8 @@ def drain(pool: Executor, width: int) -> None:
 
 
 def settle(served: Served) -> None:
-    """Wait for the work acknowledged: Bolt's dispatch of it, the listeners (which hand it
-    on), then the work."""
-    drain(served.surface.dispatching, slack_surface.WORK_THREADS)
+    """Wait for the work acknowledged: Bolt's listeners (which hand it on; commands and
+    buttons skip them), then the work."""
     drain(ack_pool(served.surface), slack_app.ACK_THREADS)
     drain(served.surface.work, slack_surface.WORK_THREADS)
 

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bot.runtime.httpserver import HttpServer
 from bot.runtime.serving import application, http_settings
-from bot.runtime.web import Response, Route, json_response
+from bot.runtime.web import AtOnce, Response, Route, json_response
 from tests.conftest import BotFactory
 
 TOKEN = "test-alerts-token-0123456789abcdef"
@@ -294,6 +294,30 @@ def test_beyond_max_requests_a_post_gets_503_with_retry_after_but_healthz_answer
         assert read_answer(second).status == 200
     assert call(port, "POST", "/slow", b"{}").status == 200
     assert gate.calls == 3
+
+
+def test_an_at_once_route_answers_on_the_event_loop_while_every_worker_thread_is_busy(
+        servers: Servers) -> None:
+    """Slack's acknowledgement (bot.surfaces.slack.surface) comes this way under a burst."""
+    gate = servers.gate()
+    threads = 40  # the worker threads routes run in (anyio's default limiter)
+
+    def first(headers: Mapping[str, str], body: bytes) -> Response | None:
+        return json_response(200, {"at": "once"}) if body == b"quick" else None
+
+    port = servers.start({"/slow": gate.route, "/both": AtOnce(first, gate.route)}).port
+    with ExitStack() as stack:
+        held = [stack.enter_context(raw(port)) for _ in range(threads)]
+        for sock in held:
+            post_raw(sock, "/slow")
+        gate.wait_entered(threads)
+        answer = call(port, "POST", "/both", b"quick")
+        assert (answer.status, answer.json()) == (200, {"at": "once"})
+        assert gate.calls == threads
+        gate.opened.set()
+        assert all(read_answer(sock).status == 200 for sock in held)
+    assert call(port, "POST", "/both", b"other").json() == {"bytes": 5}  # in a worker thread
+    assert gate.calls == threads + 1
 
 
 def mounted(gate: Gate) -> Any:

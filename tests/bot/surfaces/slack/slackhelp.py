@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import secrets
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -11,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from slack_sdk.signature import SignatureVerifier
@@ -144,6 +148,42 @@ class SlackClientSide:
     def click(self, action_id: str, value: str, user: str, **kwargs: Any
               ) -> tuple[int, str, float]:
         return self.post(self.click_body(action_id, value, user), **kwargs)
+
+
+LAB_FOLDER = Path(__file__).resolve().parents[4] / "deploy" / "lab"
+
+
+@contextmanager
+def standalone_fake(folder: Path) -> Iterator[tuple[FakeSlack, SlackSecrets]]:
+    """The lab's Slack fake alone (no other lab daemon), on a free port, with tokens of its
+    own: yields it and the HTTP-mode secrets a bot uses with it."""
+    tokens = {"bot_token": f"xoxb-alone-{secrets.token_hex(8)}",
+              "app_token": f"xapp-alone-{secrets.token_hex(8)}"}
+    tokens_file = folder / "slack-tokens.json"
+    tokens_file.write_text(json.dumps(tokens))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "slackapi", "--port", str(port),
+                             "--tokens-file", str(tokens_file), "--log",
+                             str(folder / "slack-fake.log")],
+                            cwd=LAB_FOLDER, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    fake = FakeSlack(f"http://127.0.0.1:{port}")
+    try:
+        fake.wait(lambda: _answers(fake.url + "/_lab/health"), 15, "the Slack fake to start")
+        yield fake, SlackSecrets(bot_token=tokens["bot_token"],
+                                 signing_secret=secrets.token_hex(16), app_token=None,
+                                 api_url=fake.url + "/api/", mode="http")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=1).close()
+        return True
+    except OSError:
+        return False
 
 
 def slack_secrets(lab: Lab, *, socket: bool = False) -> SlackSecrets:
