@@ -21,9 +21,12 @@ run, over the set gpu[002-257]:
   nodes drained (and, resuming, in service again) and can undo;
 * loop: one ``scontrol update`` per node, drain then resume (512 processes).
 
-The goal is bot <= 1.5x the floor. Nodes are counted drained after each drain and not
-drained after each resume (one ``sinfo`` each). The lab is stopped and its folder removed at
-the end, also on failure or SIGTERM.
+The goal is bot <= 1.5x the floor. Apart, the engine's own time in the drain (its run from
+started to finished in the audit log, less the time inside the steps' actions: replanning at
+start, the capacity pre-check, the stage and step records, the post-check) against the
+floor's one drain ``scontrol``: goal <= 10x (ENGINE_GOAL). Nodes are counted drained after
+each drain and not drained after each resume (one ``sinfo`` each). The lab is stopped and
+its folder removed at the end, also on failure or SIGTERM.
 
 Run: .venv/bin/python bench/slurm_drain.py [--nodes 256] [--rounds 3] [--keep]
      [--param key=value ...] [--slurm 22.05|24.11|26.05]
@@ -51,6 +54,7 @@ from botcli import phases, run_approved  # noqa: E402
 from kit.hostlist import compress  # noqa: E402
 
 GOAL = 1.5  # bot / floor
+ENGINE_GOAL = 10.0  # drain-nodes' engine time outside its steps / the floor's drain scontrol
 REASON = "bench fleet drain"
 
 
@@ -138,6 +142,10 @@ def bot_round(env: dict[str, str], hostlist: str, extra: list[str]) -> dict[str,
         if run.execution_id is not None:
             figures[f"{run.runbook}_phases"] = phases(env, run)
             print(f"  {run.runbook}: {figures[f'{run.runbook}_phases']}")
+        found = figures.get(f"{run.runbook}_phases", {})
+        if run.runbook == "drain-nodes" and "engine_run" in found:
+            steps = sum(v for k, v in found.items() if k.startswith("step_"))
+            figures["drain_engine_outside_steps"] = round(found["engine_run"] - steps, 4)
         if not run.succeeded:
             print(f"  {run.runbook} did not succeed (exit {run.exit_code}):\n    "
                   + "\n    ".join(run.output[-15:]))
@@ -151,6 +159,20 @@ def show(label: str, figures: dict[str, Any]) -> None:
           f"{figures['drained_after_drain']}, after the resume "
           f"{figures['drained_after_resume']})"
           + (f"; all in service {then:.2f} s after the resume" if then else ""), flush=True)
+
+
+def engine_ratio(bot: dict[str, Any], floor: dict[str, Any], result: dict[str, Any]) -> None:
+    """The engine's own time in the drain against the floor's one drain scontrol."""
+    own = bot.get("drain_engine_outside_steps")
+    if own is None or not floor["drain_seconds"]:
+        return
+    ratio = own / floor["drain_seconds"]
+    met = ratio <= ENGINE_GOAL and bool(bot["drain_succeeded"])
+    print(f"engine (drain-nodes' run outside its steps) {own:.3f} s: {ratio:.1f}x the drain "
+          f"scontrol ({floor['drain_seconds']:.4f} s; goal <= {ENGINE_GOAL:g}x: "
+          f"{'met' if met else 'NOT met'})")
+    result.update(engine_seconds=round(own, 4), engine_ratio=round(ratio, 1),
+                  engine_goal=ENGINE_GOAL, engine_goal_met=met)
 
 
 def measure(env: dict[str, str], names: list[str], args: argparse.Namespace,
@@ -171,6 +193,7 @@ def measure(env: dict[str, str], names: list[str], args: argparse.Namespace,
         result.update(bot={k: round(v, 4) if isinstance(v, float) else v
                            for k, v in bot.items()},
                       ratio=round(ratio, 2), goal_met=met)
+        engine_ratio(bot, floor, result)
     else:
         print("bot: runbooks/drain-nodes.yaml does not exist: not measured")
         result.update(bot=None, ratio=None, goal_met=None)

@@ -302,7 +302,10 @@ def with_jobs(found: list[NodeInfo], names: list[str] | None, jobs: list[Job]) -
         if job.active:
             for node in job.nodes:
                 jobs_by_node.setdefault(node, []).append(job.id)
-    result = [replace(node, jobs=sorted(jobs_by_node.get(node.name, []))) for node in found]
+    # a node without jobs is kept as parsed (its own empty list), not copied: a fleet drain's
+    # capacity guard reads every node of the pool before each batch
+    result = [replace(node, jobs=sorted(jobs_by_node.get(node.name, [])))
+              if node.name in jobs_by_node or node.jobs else node for node in found]
     if names is not None:
         order = {name: index for index, name in enumerate(names)}
         result.sort(key=lambda node: order[node.name])
