@@ -45,8 +45,8 @@ from benchkit import cleanup_on_signals, finish  # noqa: E402  # bench/, next to
 from console_seed import Seeded, seed  # noqa: E402  (bench/, next to this file)
 
 from bot.config import Config  # noqa: E402
-from bot.store import db  # noqa: E402
-from bot.surfaces.console import filters, listing  # noqa: E402
+from bot.store import db, listing  # noqa: E402
+from bot.surfaces.console import filters, scope  # noqa: E402
 from bot.surfaces.console.identity import Viewer  # noqa: E402
 from tests import postgres  # noqa: E402
 
@@ -146,7 +146,7 @@ def floor_ms(url: str, query: str, viewer: Viewer, config: Config, size: int,
     engine = db.connect(url, migrate=False)
     flt, sort, _ = filters.parse(parse_qsl(query))
     with engine.connect() as conn:
-        allowed = listing.runbooks_in_scope(conn, viewer, config)
+        allowed = scope.runbooks_in_scope(conn, viewer, config)
         rows = listing.page(conn, flt, sort, allowed, size).rows
     statement = listing.ordered(listing.matching(flt, allowed), sort).limit(size + 1)
     compiled = statement.compile(engine, compile_kwargs={"literal_binds": True})
