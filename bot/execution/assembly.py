@@ -21,7 +21,7 @@ from bot.execution.checks.core import Checks, CommandEvaluator, Evaluator, FileE
 from bot.execution.checks.monitoring import AlertsEvaluator, PromqlEvaluator
 from bot.execution.checks.slurm import SlurmEvaluator
 from bot.execution.confirming import DatabaseConfirmations
-from bot.runbooks.catalogue import KNOWN, Catalogue, hand_stores, standard_actions
+from bot.runbooks.catalogue import Catalogue, hand_stores, known, standard_actions
 from bot.runbooks.inventory import LiveInventory, discovery_sources
 from bot.runbooks.params import Inventory
 
@@ -81,6 +81,6 @@ def assemble(config: Config, db: Engine) -> Assembly:
         evaluator = make(config, backends, live.current)
         if evaluator is not None:
             evaluators[kind] = evaluator
-    return Assembly(Catalogue(actions, KNOWN), Checks(evaluators), sources.problems, backends,
+    return Assembly(Catalogue(actions, known), Checks(evaluators), sources.problems, backends,
                     live)
 

@@ -16,11 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bot.store.words import Kind, State
-from bot.surfaces import setup_commands
+from bot.surfaces import audit_commands, setup_commands
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from bot.config import Config
     from bot.runtime.startup import Plugin
     from bot.service import Service
@@ -143,7 +141,7 @@ def _decision_commands(add: _Add) -> None:
 
 
 def _reading_commands(add: _Add) -> None:
-    """Status, show, history, audit export and verify."""
+    """Status, show, history; audit (bot.surfaces.audit_commands)."""
     for name, text in (("status", "one execution's state"),
                        ("show", "one execution's timeline from the audit log")):
         p = add(name, text)
@@ -155,27 +153,7 @@ def _reading_commands(add: _Add) -> None:
     p.add_argument("--user")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true")
-    p = add("audit", "verify or export the audit log")
-    audit_sub = p.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
-    v = audit_sub.add_parser("verify", help="check the hash chain; exit 1 naming the first bad "
-                             "event")
-    v.add_argument("--checkpoints", nargs="?", const="", default=None, metavar="FILE",
-                   help="also compare the log with the checkpoints in FILE (default: "
-                        "audit.checkpoint_file): a cut or rewritten tail fails")
-    v.add_argument("--archive", metavar="FILE",
-                   help="prove an archive file (runbook audit archive) instead of the log")
-    audit_sub.add_parser("checkpoint", help="append the log's head to audit.checkpoint_file now")
-    a = audit_sub.add_parser("archive", help="move the events before a date into a verified "
-                             "file; the log keeps proving the rest")
-    a.add_argument("--before", required=True, help="ISO date or time (UTC), exclusive")
-    a.add_argument("--output", required=True, metavar="FILE", help="a new file")
-    e = audit_sub.add_parser("export", help="write events as JSON lines or CSV")
-    e.add_argument("--since", help="ISO date or time (UTC), inclusive")
-    e.add_argument("--until", help="ISO date or time (UTC), exclusive")
-    e.add_argument("--change", metavar="REF",
-                   help="only the events of the executions requested with change=REF")
-    e.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
-    e.add_argument("--output", help="file to write (default: standard output)")
+    audit_commands.add_commands(add)  # audit verify, checkpoint, archive, export
 
 
 def _version_and_process_commands(add: _Add) -> None:
@@ -546,134 +524,6 @@ def _history_row(ex: Any) -> dict[str, Any]:
             "finished_at": ex.finished_at, "params": ex.params, "error": ex.error}
 
 
-def cmd_audit(args: argparse.Namespace) -> int:
-    from bot.store import audit
-    from bot.store.db import READ_ONLY, connect
-
-    config = _config(args)
-    engine = connect(config.resolved_database_url(), create=config.database.create)
-    if args.audit_command == "checkpoint":
-        return _checkpoint(engine, _checkpoint_file(config, ""))
-    if args.audit_command == "archive":
-        return _archive(engine, args)
-    if args.audit_command == "verify" and args.archive:
-        return _verify_archive(args.archive)
-    if args.audit_command == "verify":
-        verdict = audit.verify(engine)
-        if not verdict.ok:
-            print(f"audit log BROKEN: {verdict.problem} (after {verdict.events} good events)")
-            return EXIT_FAILED
-        print(f"audit log intact: {verdict.events} events, head {verdict.head}")
-        if args.checkpoints is None:
-            return EXIT_OK
-        return _verify_checkpoints(engine, _checkpoint_file(config, args.checkpoints))
-    since, until = _iso(args.since), _iso(args.until)
-    with engine.connect() as conn:
-        conn.execution_options(**READ_ONLY)  # a long export holds no writer back (SQLite)
-        rows = audit.events(conn, since=since, until=until,
-                            executions_of=_of_change(args.change))
-        if args.output:
-            with open(args.output, "w", newline="") as out:
-                count = audit.export(rows, out, args.format)
-            print(f"wrote {count} events to {args.output}", file=sys.stderr)
-        else:
-            audit.export(rows, sys.stdout, args.format)
-    return EXIT_OK
-
-
-def _of_change(change: str | None) -> Any:
-    """The IDs of the executions requested with this change reference (None: no filter)."""
-    if change is None:
-        return None
-    from sqlalchemy import select
-
-    from bot.store.schema import executions
-
-    return select(executions.c.id).where(executions.c.change == change.strip())
-
-
-def _archive(engine: Any, args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from bot.config import current_user
-    from bot.store import archive
-
-    before = _iso(args.before)
-    assert before is not None
-    try:
-        done = archive.archive(engine, before, Path(args.output), current_user())
-    except archive.ArchiveError as exc:
-        raise UsageError(str(exc)) from None
-    print(f"archived events {done.from_seq}-{done.up_to_seq} to {done.file} (sha256 "
-          f"{done.sha256}); the log now starts after head {done.head_hash}")
-    return EXIT_OK
-
-
-def _verify_archive(file: str) -> int:
-    from pathlib import Path
-
-    from bot.store import archive
-
-    try:
-        proved = archive.verify_file(Path(file))
-    except archive.ArchiveError as exc:
-        print(f"archive BROKEN: {exc}")
-        return EXIT_FAILED
-    print(f"archive intact: events {proved.from_seq}-{proved.up_to_seq}, head "
-          f"{proved.head_hash}, sha256 {proved.sha256}")
-    return EXIT_OK
-
-
-def _checkpoint_file(config: Config, given: str) -> Path:
-    from pathlib import Path
-
-    if given:
-        return Path(given)
-    if config.audit.checkpoint_file is None:
-        raise UsageError("name the checkpoint file (--checkpoints FILE) or set "
-                         "audit.checkpoint_file in the configuration")
-    return config.audit.checkpoint_file
-
-
-def _checkpoint(engine: Any, path: Path) -> int:
-    from bot.store import checkpoints
-
-    try:
-        point = checkpoints.record(engine, path)
-    except checkpoints.CheckpointError as exc:
-        raise UsageError(str(exc)) from None
-    print(f"checkpoint: event {point.seq}, hash {point.hash}" if point
-          else f"the last checkpoint in {path} already has the log's head")
-    return EXIT_OK
-
-
-def _verify_checkpoints(engine: Any, path: Path) -> int:
-    from bot.store import checkpoints
-
-    try:
-        count, problems = checkpoints.check(engine, path)
-    except checkpoints.CheckpointError as exc:
-        raise UsageError(str(exc)) from None
-    for problem in problems:
-        print(f"audit log BROKEN: {problem}")
-    if problems:
-        return EXIT_FAILED
-    print(f"checkpoints agree: {count} in {path}")
-    return EXIT_OK
-
-
-def _iso(value: str | None) -> str | None:
-    from bot.store.audit import moment
-
-    if value is None:
-        return None
-    try:
-        return moment(value)  # the console's time filters read times the same way
-    except ValueError:
-        raise UsageError(f'"{value}" is not an ISO date or time (like 2026-11-30 or '
-                         "2026-11-30T10:00:00Z)") from None
-
-
 def cmd_versions(args: argparse.Namespace) -> int:
     from bot.runbooks import versions
     from bot.surfaces import json_output
@@ -1004,7 +854,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": cmd_status,
     "show": cmd_show,
     "history": cmd_history,
-    "audit": cmd_audit,
+    "audit": audit_commands.cmd_audit,
     "versions": cmd_versions,
     "diff": cmd_diff,
     "engine": cmd_engine,
