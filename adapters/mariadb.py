@@ -155,12 +155,11 @@ class RestoreAction:
                             details={"path": str(source), "bytes": source.stat().st_size})
 
 
-def mariadb_actions(config: MariaDBConfig) -> list[DumpAction | RestoreAction]:
-    return [DumpAction(config), RestoreAction(config)]
+ACTION_CLASSES: tuple[type[DumpAction | RestoreAction], ...] = (DumpAction, RestoreAction)
 
 
 def _build(config: MariaDBConfig, backends: Mapping[str, Any]) -> Built:
-    return Built(list(mariadb_actions(config)))
+    return Built([cls(config) for cls in ACTION_CLASSES])
 
 
-ADAPTER = Adapter("mariadb", "mariadb", MariaDBConfig, (DumpAction, RestoreAction), _build)
+ADAPTER = Adapter("mariadb", "mariadb", MariaDBConfig, ACTION_CLASSES, _build)

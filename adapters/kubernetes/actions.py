@@ -359,7 +359,9 @@ class WaitLabelsAction(KubernetesAction):
                             changed=False)
 
 
-ACTION_CLASSES: tuple[type[KubernetesAction], ...] = (
+# every action that needs only the backend; the adapter's ACTION_CLASSES (adapter.py) adds
+# those that read DCGM through Prometheus
+BACKEND_ACTIONS: tuple[type[KubernetesAction], ...] = (
     CordonAction, UncordonAction, CordonNodesAction, UncordonNodesAction, DrainAction,
     LabelAction, TaintAction, WaitLabelsAction, RequestRebootAction, GpuDiagAction,
     SetDriverVersionAction, WaitUpgradeStateAction, WaitValidatorAction, DriverVersionsAction,
@@ -370,12 +372,12 @@ ACTION_CLASSES: tuple[type[KubernetesAction], ...] = (
 class KubernetesActions(ActionSet[KubernetesBackend, KubernetesConfig]):
     """Every ``k8s.*``/``gpu_operator.*`` action: ``KubernetesActions(backend, config).all()``."""
 
-    action_classes = ACTION_CLASSES
+    action_classes = BACKEND_ACTIONS
     default_config = KubernetesConfig
 
 
 __all__ = [
-    "ACTION_CLASSES", "CORDONED_BY", "CordonAction", "CordonNodesAction", "DrainAction",
+    "BACKEND_ACTIONS", "CORDONED_BY", "CordonAction", "CordonNodesAction", "DrainAction",
     "DriverVersionsAction", "KubernetesActions", "LabelAction", "SetDriverVersionAction",
     "TaintAction", "UncordonAction", "UncordonNodesAction", "WaitLabelsAction",
     "WaitUpgradeStateAction", "WaitValidatorAction",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from adapters.actions import ActionContext, ActionError
@@ -40,6 +40,15 @@ class GpuGated:
     def settle_for(self, asked: float | None) -> float:
         """The settle time a request asked for, else the configured one."""
         return self.gpu_settle if asked is None else asked
+
+
+def build_actions(classes: Iterable[type[Any]], backend: Any, config: Any,
+                  prometheus: PrometheusBackend | None) -> list[Any]:
+    """An adapter's actions, each class over its backend and configuration; the GPU-gated
+    ones also get Prometheus (None when not configured: they refuse then) and its settle."""
+    settle = configured_settle(prometheus)
+    return [cls(backend, config, prometheus=prometheus, gpu_settle=settle)
+            if issubclass(cls, GpuGated) else cls(backend, config) for cls in classes]
 
 
 def gate_for(prometheus: PrometheusBackend | None, node: str, expect: int,

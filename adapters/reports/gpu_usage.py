@@ -257,5 +257,5 @@ def _build(config: Any, backends: Mapping[str, Any]) -> Built:
 
 
 # Enabled by the Slurm section; uses Prometheus for the idle-GPU part when configured.
-ADAPTER = Adapter("reports", "slurm", SlurmConfig, (GpuUsageReportAction,), _build,
+ADAPTER = Adapter("reports", "slurm", SlurmConfig, ACTION_CLASSES, _build,
                   uses=("slurm", "prometheus"))

@@ -592,21 +592,23 @@ class NodeInfoAction(_SlurmAction):
         return ActionResult(summary, {"nodes": [n.as_dict() for n in nodes]}, changed=False)
 
 
-ACTION_CLASSES: tuple[type[_SlurmAction], ...] = (
+# the node actions, as the topic modules have theirs (POOL_ACTIONS, MIG_ACTIONS...); the
+# adapter's ACTION_CLASSES, every slurm.* action, is in adapter.py
+NODE_ACTIONS: tuple[type[_SlurmAction], ...] = (
     DrainAction, ResumeAction, WaitIdleAction, ReservationCreateAction,
     ReservationDeleteAction, RebootAction, RunOnNodeAction, NodeInfoAction,
 )
 
 
 class SlurmActions(ActionSet[SlurmBackend, SlurmConfig]):
-    """Every ``slurm.*`` action over one backend: ``SlurmActions(backend, config).all()``."""
+    """The node actions over one backend: ``SlurmActions(backend, config).all()``."""
 
-    action_classes = ACTION_CLASSES
+    action_classes = NODE_ACTIONS
     default_config = SlurmConfig
 
 
 __all__ = [
-    "ACTION_CLASSES", "DrainAction", "NodeInfoAction", "RebootAction",
+    "NODE_ACTIONS", "DrainAction", "NodeInfoAction", "RebootAction",
     "ReservationCreateAction", "ReservationDeleteAction", "ResumeAction", "RunOnNodeAction",
     "SlurmActions", "WaitIdleAction",
 ]

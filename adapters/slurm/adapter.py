@@ -1,19 +1,19 @@
-"""The Slurm adapter's registry entry: the ``slurm.*`` actions over the configured backend."""
+"""The Slurm adapter's registry entry: every ``slurm.*`` action over the configured backend,
+listed once (``ACTION_CLASSES``) and built in one place."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from adapters.actions import Action
-from adapters.prometheus.gate import configured_settle
+from adapters.prometheus.gate import build_actions
 from adapters.registry import Adapter, Built
-from adapters.slurm.actions import ACTION_CLASSES, SlurmActions
+from adapters.slurm.actions import NODE_ACTIONS
 from adapters.slurm.config import SlurmConfig
-from adapters.slurm.fleet import FLEET_ACTIONS, DrainBatchesAction, ResumeBatchesAction
+from adapters.slurm.fleet import FLEET_ACTIONS
 from adapters.slurm.gpureset import GpuResetAction
 from adapters.slurm.health import HealthCheckAction
-from adapters.slurm.mig import MIG_ACTIONS, CheckGresAction, MigApplyAction
+from adapters.slurm.mig import MIG_ACTIONS
 from adapters.slurm.nccltest import NcclTestAction
 from adapters.slurm.pools import POOL_ACTIONS
 from adapters.slurm.release import ReservationReleaseAction
@@ -21,34 +21,19 @@ from adapters.slurm.rolling import DriverRolloutAction
 from adapters.slurm.slurm_upgrade import UPGRADE_ACTIONS
 from adapters.slurm.transports.choice import make_backend
 
+# The GPU-gated ones (health_check, gpu_reset, check_gres, resume_batches...) are built
+# with Prometheus for their gate (DCGM); nccl_test gets its baselines from the bot.
+ACTION_CLASSES: tuple[type[Any], ...] = (
+    *NODE_ACTIONS, HealthCheckAction, DriverRolloutAction, GpuResetAction,
+    ReservationReleaseAction, NcclTestAction,
+    *POOL_ACTIONS, *MIG_ACTIONS, *UPGRADE_ACTIONS, *FLEET_ACTIONS,
+)
+
 
 def _build(config: SlurmConfig, backends: Mapping[str, Any]) -> Built:
     backend = make_backend(config)
-    prometheus = backends.get("prometheus")  # the health check's GPU gate (DCGM)
-    settle = configured_settle(prometheus)
-    actions: list[Action] = [*SlurmActions(backend, config).all(),
-                             HealthCheckAction(backend, config, prometheus=prometheus,
-                                               gpu_settle=settle),
-                             DriverRolloutAction(backend, config, prometheus=prometheus,
-                                                 gpu_settle=settle),
-                             GpuResetAction(backend, config, prometheus=prometheus,
-                                            gpu_settle=settle),
-                             *(cls(backend, config) for cls in POOL_ACTIONS),
-                             MigApplyAction(backend, config),
-                             CheckGresAction(backend, config, prometheus=prometheus,
-                                             gpu_settle=settle),
-                             *(cls(backend, config) for cls in UPGRADE_ACTIONS),
-                             ReservationReleaseAction(backend, config, prometheus=prometheus,
-                                                      gpu_settle=settle),
-                             DrainBatchesAction(backend, config),
-                             ResumeBatchesAction(backend, config, prometheus=prometheus,
-                                                 gpu_settle=settle),
-                             NcclTestAction(backend, config)]  # the bot hands it its baselines
-    return Built(actions, backend)
+    return Built(build_actions(ACTION_CLASSES, backend, config, backends.get("prometheus")),
+                 backend)
 
 
-ADAPTER = Adapter("slurm", "slurm", SlurmConfig,
-                  (*ACTION_CLASSES, HealthCheckAction, DriverRolloutAction, GpuResetAction,
-                   ReservationReleaseAction, NcclTestAction,
-                   *POOL_ACTIONS, *MIG_ACTIONS, *UPGRADE_ACTIONS, *FLEET_ACTIONS),
-                  _build, uses=("prometheus",))
+ADAPTER = Adapter("slurm", "slurm", SlurmConfig, ACTION_CLASSES, _build, uses=("prometheus",))

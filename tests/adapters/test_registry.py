@@ -62,3 +62,22 @@ def test_importing_one_module_of_a_package_loads_not_its_actions() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_slurm_entry_builds_each_of_its_action_classes_once() -> None:
+    """One list per adapter, built in one place: every class of it, the GPU-gated ones with
+    the configured Prometheus and settle time."""
+    from adapters.prometheus.gate import GpuGated
+    from adapters.slurm.adapter import ADAPTER
+    from adapters.slurm.config import SlurmConfig
+
+    class Prometheus:
+        class config:  # stands for a PrometheusConfig
+            gpu_settle = 7.0
+
+    prometheus: Any = Prometheus()
+    built = ADAPTER.build(SlurmConfig(), {"prometheus": prometheus})
+    assert [type(action) for action in built.actions] == list(ADAPTER.action_classes)
+    gated = [action for action in built.actions if isinstance(action, GpuGated)]
+    assert {action.name for action in gated} >= {"slurm.health_check", "slurm.resume_batches"}
+    assert all(a.prometheus is prometheus and a.gpu_settle == 7.0 for a in gated)
