@@ -1,6 +1,6 @@
-"""run_on_node over slurmrestd (restjobs): the job it submits, how it reads the outcome, and
-what it does when the job hangs or its output is not where the bot looks. The real
-slurmrestd of 24.11 and 26.05 runs the same code in test_slurm_versions.py."""
+"""run_on_node over slurmrestd (transports/rest/jobs.py): the job it submits, how it reads
+the outcome, and what it does when the job hangs or its output is not where the bot looks.
+The real slurmrestd of 24.11 and 26.05 runs the same code in test_slurm_versions.py."""
 from __future__ import annotations
 
 from collections.abc import Mapping
