@@ -1,7 +1,8 @@
 """A burst of Slack requests against the real server (uvicorn on a socket) and the lab's Slack
 fake started alone: 50 signed slash commands sent at once are all acknowledged and each
 answered once at its response_url, redeliveries of them run nothing twice, and requests not
-signed with the app's secret are refused (401) before the bot does any work for them."""
+signed with the app's secret are refused (401) before the bot does any work for them; a
+button click, acknowledged the same way, decides as the command it stands for."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ SENDERS = 50
 RUNBOOK = {
     "name": "note", "version": "1.0.0", "summary": "leave a note", "risk": "low",
     "params": {"n": {"type": "int", "required": True}},
+    "approval": {"required": 1, "approvers": ["group:gpu-leads"], "expires": "30m"},
     "steps": [{"id": "note", "action": "chat.notify", "with": {"message": "note {{ n }}"}}],
 }
 
@@ -71,7 +73,8 @@ def response_id(body: str) -> str:
 def flooded(make_bot: BotFactory, tmp_path: Path) -> Iterator[Flooded]:
     with standalone_fake(tmp_path) as (fake, secrets):
         bot = make_bot({"note": RUNBOOK}, slack={"channel": "C0RUNBOOK",
-                                                 "users": {"U0ALICE": "alice"}})
+                                                 "users": {"U0ALICE": "alice",
+                                                           "U0CAROL": "carol"}})
         surface = SlackSurface(bot, secrets)
         server = HttpServer(application(bot, surface.routes(), alerts_token=None),
                             "127.0.0.1", 0, Settings(grace=1))
@@ -119,3 +122,15 @@ def test_requests_not_signed_by_slack_are_refused_before_any_work(
     assert flooded.posts(bodies) == [0] * SENDERS
     assert flooded.count(chat_deliveries) == 0 and flooded.count(executions) == 0
     assert flooded.fake.calls("chat.postEphemeral") == []
+
+
+def test_a_click_acknowledged_at_once_decides_as_its_command(flooded: Flooded) -> None:
+    execution = flooded.bot.get(flooded.bot.request("note", {"n": "1"}, "alice"))
+    assert execution.state == "awaiting_approval"
+    value = f"{execution.id}:{execution.plan_hash}"
+    clicks = [flooded.slack.click_body("approve", value, "U0CAROL") for _ in range(2)]
+    assert flooded.send_all(clicks + clicks) == [200] * 4  # each click delivered twice
+    flooded.surface.work.shutdown(wait=True)
+    assert flooded.bot.get(execution.id).state == "approved"
+    answers = flooded.fake.calls("chat.postEphemeral")
+    assert len(answers) == 2, answers  # one a click, not one a delivery
