@@ -10,6 +10,7 @@ memory.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import re
 from collections.abc import Iterable
@@ -55,6 +56,10 @@ def expand(expression: str, limit: int = MAX_NAMES) -> list[str]:
     ``TooMany`` (a ValueError naming the count and the limit) when the expression names
     more than ``limit`` nodes (never more than ``MAX_NAMES``): decided from the ranges when
     they give more than ``MAX_NAMES`` names, before any is made."""
+    return list(_expanded(expression, limit))
+
+
+def _expand(expression: str, limit: int) -> tuple[str, ...]:
     cap = min(limit, MAX_NAMES)
     parts = _parse(expression)
     listed = sum(_count(part) for part in parts)
@@ -69,7 +74,7 @@ def expand(expression: str, limit: int = MAX_NAMES) -> list[str]:
                 names.append(name)
     if len(names) > cap:
         raise TooMany(expression, len(names), cap)
-    return names
+    return tuple(names)
 
 
 def _quoted(text: str) -> str:
@@ -210,6 +215,10 @@ def _names(part: _Part) -> Iterable[str]:
 def compress(names: Iterable[str]) -> str:
     """The shortest usual hostlist for ``names`` (sorted per prefix, duplicates dropped):
     ``["gpu01", "gpu02", "gpu04"]`` gives ``"gpu[01-02,04]"``."""
+    return _compressed(tuple(names))
+
+
+def _compress(names: tuple[str, ...]) -> str:
     order, groups = _group(_unique(names))
     parts = []
     for entry in order:
@@ -283,3 +292,11 @@ def _ranges(numbers: list[int], width: int) -> list[str]:
         if number is not None:
             start = previous = number
     return ranges
+
+
+# The last results, kept: one run plans, checks and renders the same fleet's hostlist many
+# times (each step's pool filter, each check). Pure functions of hashable arguments; an
+# error is raised again each time (lru_cache keeps only results), and expand hands out a
+# new list each call. At most 32 of each: under 20 MB even were each of MAX_NAMES names.
+_expanded = functools.lru_cache(maxsize=32)(_expand)
+_compressed = functools.lru_cache(maxsize=32)(_compress)
