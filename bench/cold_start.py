@@ -20,7 +20,16 @@ reading Kubernetes and Prometheus with the official client and requests (as befo
 adapters.kubernetes.quickread and adapters.prometheus.quick), with the CPU time (user+sys)
 of each. Goal: median <= 300 ms.
 
-Run: .venv/bin/python bench/cold_start.py [--runs 20] [--node NAME]
+Then every command that only reads (list, describe, status, history, proposals, node,
+versions) and ``runbook plan`` and ``run`` on a shipped runbook (selftest), each as a new
+process, interleaved with ``python -c pass`` in the same run, on a state of their own (a
+temporary SQLite database made by ``runbook db init``, ``database: {create: true}``, four
+inventory nodes, the shipped runbooks), with the check cache warm (as after any earlier
+command) and, for ``list``, without it (the first start after a runbook changed), beside the
+floor every command pays (the configuration read and SQLAlchemy imported). Goals: the
+reading commands <= 300 ms, plan and run <= 500 ms (median).
+
+Run: .venv/bin/python bench/cold_start.py [--runs 20] [--node NAME] [--commands-only]
 
 Prints human-readable lines and, last, one JSON line. It never asserts a time.
 """
@@ -76,7 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--node", help="the node for `runbook node` (default: the first of "
                                        "the configuration's inventory.nodes)")
+    parser.add_argument("--commands-only", action="store_true",
+                        help="only the commands on a state of their own (not --help, node)")
     args = parser.parse_args(argv)
+    if args.commands_only:
+        finish("cold_start", {"benchmark": "cold_start", "runs": args.runs,
+                              "commands": commands_cold_start(args.runs)})
+        return 0
 
     python = sys.executable
     script = Path(python).parent / ("runbook.exe" if os.name == "nt" else "runbook")
@@ -142,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
           f"no heavy module imported: {'met' if not heavy else 'MISSED'}")
     node = node_cold_start(script if script.exists() else None, env, args.runs, args.node)
     result = {
+        "commands": commands_cold_start(args.runs),
         "node_command": node,
         "benchmark": "cold_start",
         "runs": args.runs,
@@ -156,6 +172,78 @@ def main(argv: list[str] | None = None) -> int:
     }
     finish("cold_start", result)
     return 0
+
+
+READING_GOAL_MS, PLANNING_GOAL_MS = 300.0, 500.0
+# what every command needs before it does anything: the configuration read (pydantic, every
+# adapter's section) and the database library
+FLOOR = "floor: config + sqlalchemy"
+FLOOR_CODE = "import bot.config, bot.store.db; bot.config.load_config(None)"
+COMMANDS: dict[str, list[str]] = {  # the name shown -> the arguments of `runbook`
+    "list": ["list"], "describe": ["describe", "drain-node"], "status": ["status", "1"],
+    "history": ["history"], "proposals": ["proposals"], "node": ["node", "gpu01"],
+    "versions": ["versions", "selftest"],
+    "plan": ["plan", "selftest"], "run": ["run", "selftest"],
+}
+
+
+def commands_cold_start(runs: int) -> dict[str, Any]:
+    """Each command as a new process on a state of its own, beside ``python -c pass``."""
+    import tempfile
+
+    script = Path(sys.executable).with_name("runbook")
+    with tempfile.TemporaryDirectory(prefix="cold-start-") as tmp:
+        env = _command_state(Path(tmp))
+        timed([str(script), "db", "init"], env)
+        timed([str(script), "run", "selftest"], env)  # execution 1, for `status 1`
+        cache = Path(tmp) / "runbook-checks.json"
+        argvs = {name: [str(script), *words] for name, words in COMMANDS.items()}
+        argvs["list, no check cache"] = argvs["list"]
+        argvs[FLOOR] = [sys.executable, "-c", FLOOR_CODE]
+        samples: dict[str, list[float]] = {"python -c pass": [], **{n: [] for n in argvs}}
+        for argv_ in argvs.values():  # warm-up: file cache, .pyc files, the check cache
+            timed(argv_, env)
+        for _ in range(runs):
+            samples["python -c pass"].append(timed([sys.executable, "-c", "pass"], env))
+            for name, argv_ in argvs.items():
+                if name == "list, no check cache":
+                    cache.unlink(missing_ok=True)
+                samples[name].append(timed(argv_, env))
+    return _command_figures(samples, runs)
+
+
+def _command_state(folder: Path) -> dict[str, str]:
+    """A configuration of its own: SQLite in ``folder``, made by db init, four nodes."""
+    config = folder / "config.yaml"
+    config.write_text(json.dumps({  # JSON is YAML
+        "database_url": f"sqlite:///{folder / 'bot.db'}", "database": {"create": True},
+        "inventory": {"nodes": ["gpu01", "gpu02", "gpu03", "gpu04"]}}))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "RUNBOOK_", "SLURM_", "KUBECONFIG"))}
+    return dict(env, RUNBOOK_CONFIG=str(config), XDG_STATE_HOME=str(folder / "state"))
+
+
+def _command_figures(samples: dict[str, list[float]], runs: int) -> dict[str, Any]:
+    base = statistics.median(samples["python -c pass"])
+    figures: dict[str, Any] = {"runs": runs, "interpreter_ms": base, "each": {}}
+    print(f"commands cold, {runs} runs each (interleaved, after one warm-up), wall ms; "
+          f"python -c pass median {base:.1f}:")
+    for name, values in samples.items():
+        if name == "python -c pass":
+            continue
+        median = statistics.median(values)
+        if name == FLOOR:
+            figures["floor_ms"] = median
+            print(f"  {FLOOR:<30} median {median:7.1f}  ({median / base:4.1f}x python -c pass)")
+            continue
+        goal = PLANNING_GOAL_MS if name in ("plan", "run") else READING_GOAL_MS
+        figures["each"][name] = {"median_ms": median, "p90_ms": pct(values, 90),
+                                 "min_ms": min(values), "times_interpreter": median / base,
+                                 "goal_ms": goal, "goal_met": median <= goal}
+        print(f"  runbook {name:<22} median {median:7.1f}  p90 {pct(values, 90):7.1f}  "
+              f"min {min(values):7.1f}  ({median / base:4.1f}x python -c pass; goal "
+              f"{goal:g}: {'met' if median <= goal else 'MISSED'})")
+    return figures
 
 
 NODE_PROBE = r"""

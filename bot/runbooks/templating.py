@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from functools import lru_cache
+from dataclasses import dataclass
+from functools import cache, lru_cache
 from typing import Any
-
-from jinja2 import StrictUndefined, TemplateError, Undefined, meta
-from jinja2.sandbox import SandboxedEnvironment
 
 from adapters.prometheus.template import QueryShapeError, place, seal
 from kit import hostlist
@@ -35,20 +33,12 @@ class TemplateProblem(Exception):
     """A template cannot be parsed or rendered."""
 
 
-_env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
-# PromQL templates: every {{ }} goes through place (escaped, marked), the result through seal
-_query_env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False,
-                                  keep_trailing_newline=True, finalize=place)
-
-
 def in_pool(nodes: str, pool: Collection[str], names: Mapping[str, str]) -> str:
     """``{{ nodes | in_pool(slurm, slurm_name) }}``: the nodes of a hostlist that are in
     ``pool``, by their names there, as a hostlist ("" when none): a set's steps per system."""
     found = [names[node] for node in hostlist.expand(str(nodes)) if node in pool]
     return hostlist.compress(found) if found else ""
 
-
-_env.filters["in_pool"] = in_pool
 
 
 def name_map(nodes: str | Collection[str], pool: Collection[str], names: Mapping[str, str],
@@ -62,8 +52,30 @@ def name_map(nodes: str | Collection[str], pool: Collection[str], names: Mapping
             if node in pool and node not in left_out}
 
 
-_env.filters["name_map"] = name_map
-_query_env.filters.update(in_pool=in_pool, name_map=name_map)
+
+@dataclass(frozen=True)
+class _Jinja:
+    env: Any  # runbook templates and conditions
+    query_env: Any  # PromQL templates: every {{ }} through place, the result through seal
+    error: type[Exception]  # jinja2.TemplateError
+    undefined: type[Any]  # jinja2.Undefined
+    meta: Any  # jinja2.meta
+
+
+@cache
+def _jinja() -> _Jinja:
+    """Jinja2's sandbox, imported at first use: a command that renders no template (status,
+    history...) never loads it."""
+    from jinja2 import StrictUndefined, TemplateError, Undefined, meta
+    from jinja2.sandbox import SandboxedEnvironment
+
+    env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False,
+                               keep_trailing_newline=True)
+    query_env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False,
+                                     keep_trailing_newline=True, finalize=place)
+    for made in (env, query_env):
+        made.filters.update(in_pool=in_pool, name_map=name_map)
+    return _Jinja(env, query_env, TemplateError, Undefined, meta)
 
 
 def is_template(text: str) -> bool:
@@ -73,24 +85,24 @@ def is_template(text: str) -> bool:
 def variables(text: str) -> set[str]:
     """Names a template reads from its context."""
     try:
-        return set(meta.find_undeclared_variables(_env.parse(text)))
-    except TemplateError as exc:
+        return set(_jinja().meta.find_undeclared_variables(_jinja().env.parse(text)))
+    except _jinja().error as exc:
         raise TemplateProblem(f"template {text!r}: {exc}") from exc
 
 
 @lru_cache(maxsize=4096)
 def _expression(source: str) -> Any:
-    return _env.compile_expression(source, undefined_to_none=False)
+    return _jinja().env.compile_expression(source, undefined_to_none=False)
 
 
 @lru_cache(maxsize=4096)
 def _template(source: str) -> Any:
-    return _env.from_string(source)
+    return _jinja().env.from_string(source)
 
 
 @lru_cache(maxsize=1024)
 def _query_template(source: str) -> Any:
-    return _query_env.from_string(source)
+    return _jinja().query_env.from_string(source)
 
 
 def render_query(text: str, context: Mapping[str, Any]) -> str:
@@ -98,7 +110,7 @@ def render_query(text: str, context: Mapping[str, Any]) -> str:
     every value is a label value or a number: the query's structure is the template's."""
     try:
         return seal(_query_template(text).render(**context))
-    except (TemplateError, QueryShapeError) as exc:
+    except (_jinja().error, QueryShapeError) as exc:
         raise TemplateProblem(f"query {text!r}: {exc}") from exc
 
 
@@ -121,7 +133,7 @@ def _render_text(text: str, context: Mapping[str, Any]) -> Any:
         if single and "{{" not in single.group(1) and "}}" not in single.group(1):
             return _plain(_defined(_expression(single.group(1))(**context)))
         return _template(text).render(**context)
-    except TemplateError as exc:
+    except _jinja().error as exc:
         raise TemplateProblem(f"template {text!r}: {exc}") from exc
 
 
@@ -134,7 +146,7 @@ def _plain(result: Any) -> Any:
 
 def _defined(result: Any) -> Any:
     """An expression's value; an undefined one (a typo, an unsafe attribute) raises its error."""
-    if isinstance(result, Undefined):
+    if isinstance(result, _jinja().undefined):
         str(result)  # StrictUndefined raises UndefinedError or SecurityError here
         raise TemplateProblem(f"undefined value: {result!r}")  # pragma: no cover
     return result
@@ -154,7 +166,7 @@ def condition(text: str, context: Mapping[str, Any]) -> bool:
     source = _condition_source(text)
     try:
         result = _defined(_expression(source)(**context))
-    except TemplateError as exc:
+    except _jinja().error as exc:
         raise TemplateProblem(f"condition {text!r}: {exc}") from exc
     if not isinstance(result, bool):
         raise TemplateProblem(f"condition {text!r} gave {result!r}, not true or false")
@@ -165,6 +177,6 @@ def condition_variables(text: str) -> set[str]:
     source = _condition_source(text)
     try:
         _expression(source)
-    except TemplateError as exc:
+    except _jinja().error as exc:
         raise TemplateProblem(f"condition {text!r}: {exc}") from exc
     return variables("{{ " + source + " }}")
