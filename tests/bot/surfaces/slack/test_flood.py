@@ -2,7 +2,8 @@
 fake started alone: 50 signed slash commands sent at once are all acknowledged and each
 answered once at its response_url, redeliveries of them run nothing twice, and requests not
 signed with the app's secret are refused (401) before the bot does any work for them; a
-button click, acknowledged the same way, decides as the command it stands for."""
+button click, acknowledged the same way, decides as the command it stands for; the work
+waits for a pause in the acknowledgements, but never longer than PATIENCE."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from bot.runtime.httpserver import HttpServer, Settings
 from bot.runtime.serving import application
 from bot.service import Service
 from bot.store.schema import chat_deliveries, executions
+from bot.surfaces.slack.app import PATIENCE, QUIET
 from bot.surfaces.slack.surface import SlackSurface
 from tests.bot.surfaces.slack.slackhelp import FakeSlack, SlackClientSide, standalone_fake
 from tests.conftest import BotFactory
@@ -134,3 +136,39 @@ def test_a_click_acknowledged_at_once_decides_as_its_command(flooded: Flooded) -
     assert flooded.bot.get(execution.id).state == "approved"
     answers = flooded.fake.calls("chat.postEphemeral")
     assert len(answers) == 2, answers  # one a click, not one a delivery
+
+
+def test_work_waits_for_a_pause_in_the_acknowledgements_but_not_for_ever(
+        flooded: Flooded, monkeypatch: pytest.MonkeyPatch) -> None:
+    listeners = flooded.surface.listeners
+    started: list[float] = []
+    monkeypatch.setattr(listeners, "_command", lambda body, respond: started.append(
+        time.monotonic()))
+
+    def command(trigger: str) -> float:
+        """Acknowledge a command; when (no later than its work's start)."""
+        before = time.monotonic()
+        assert listeners.acknowledged({"command": "/runbook", "text": "help",
+                                       "user_id": "U0ALICE", "trigger_id": trigger,
+                                       "response_url": flooded.fake.url + "/nowhere"})
+        return before
+
+    command("trigger-alone")
+    flooded.fake.wait(lambda: started, 10, "the work of a lone command")
+    assert started[0] - listeners.last_ack >= QUIET
+    stop = threading.Event()
+
+    def acknowledging() -> None:  # acknowledgements that never pause
+        while not stop.is_set():
+            listeners.last_ack = time.monotonic()
+            time.sleep(QUIET / 10)
+
+    busy = threading.Thread(target=acknowledging)
+    busy.start()
+    try:
+        during = command("trigger-during")
+        flooded.fake.wait(lambda: len(started) == 2, 10, "the work during a burst")
+    finally:
+        stop.set()
+        busy.join()
+    assert started[1] - during >= PATIENCE
