@@ -10,6 +10,7 @@ shape, it is ignored. A runbook's text itself is never taken from it.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import tempfile
@@ -21,6 +22,7 @@ FORMAT = 1
 LIMIT = 4096  # keys kept: the newest
 FILE_NAME = "runbook-checks.json"
 _CODE = ("bot/runbooks", "adapters", "kit")  # what checks a runbook (the schema, the actions)
+_LIBRARIES = ("pydantic", "pydantic_core", "jinja2", "yaml")
 
 
 class Checked:
@@ -79,16 +81,18 @@ class Checked:
 
 @cache
 def code_mark() -> str:
-    """The bot's version and its libraries', and the size and time of every module that
-    checks a runbook: a new release or an edited checker makes every key new."""
-    from importlib import metadata
+    """The bot's version, and the size and time of the libraries that read a runbook and of
+    every module that checks one: a new release, an upgraded library or an edited checker
+    makes every key new. Read without importing anything (a start stays quick)."""
+    import bot
 
-    made = hashlib.sha256()
-    for package in ("gpu-runbook-bot", "pydantic", "jinja2", "pyyaml"):
-        try:
-            made.update(f"{package}={metadata.version(package)};".encode())
-        except metadata.PackageNotFoundError:
-            made.update(f"{package}=?;".encode())
+    made = hashlib.sha256(f"gpu-runbook-bot={bot.__version__};".encode())
+    for library in _LIBRARIES:
+        spec = importlib.util.find_spec(library)
+        origin = spec.origin if spec is not None else None
+        found = os.stat(origin) if origin else None
+        made.update(f"{library}:{found.st_size}:{found.st_mtime_ns};".encode() if found
+                    else f"{library}:?;".encode())
     root = Path(__file__).resolve().parent.parent.parent
     for top in _CODE:
         for folder, subfolders, files in os.walk(root / top):
