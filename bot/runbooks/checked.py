@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 
 FORMAT = 1
-LIMIT = 4096  # keys kept: the newest
+LIMIT = 1024  # keys kept: the newest (a key is 64 characters; the file is read at each start)
 FILE_NAME = "runbook-checks.json"
 _CODE = ("bot/runbooks", "adapters", "kit")  # what checks a runbook (the schema, the actions)
 _LIBRARIES = ("pydantic", "pydantic_core", "jinja2", "yaml")
