@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -141,9 +142,14 @@ def test_a_click_acknowledged_at_once_decides_as_its_command(flooded: Flooded) -
 def test_work_waits_for_a_pause_in_the_acknowledgements_but_not_for_ever(
         flooded: Flooded, monkeypatch: pytest.MonkeyPatch) -> None:
     listeners = flooded.surface.listeners
-    started: list[float] = []
-    monkeypatch.setattr(listeners, "_command", lambda body, respond: started.append(
-        time.monotonic()))
+    ran: list[tuple[float, float]] = []  # each piece of work: when it started and ended
+
+    def work(body: Any, respond: Any) -> None:
+        started = time.monotonic()
+        time.sleep(QUIET * 5)
+        ran.append((started, time.monotonic()))
+
+    monkeypatch.setattr(listeners, "_command", work)
 
     def command(trigger: str) -> float:
         """Acknowledge a command; when (no later than its work's start)."""
@@ -154,8 +160,8 @@ def test_work_waits_for_a_pause_in_the_acknowledgements_but_not_for_ever(
         return before
 
     command("trigger-alone")
-    flooded.fake.wait(lambda: started, 10, "the work of a lone command")
-    assert started[0] - listeners.last_ack >= QUIET
+    flooded.fake.wait(lambda: ran, 10, "the work of a lone command")
+    assert ran[0][0] - listeners.last_ack >= QUIET
     stop = threading.Event()
 
     def acknowledging() -> None:  # acknowledgements that never pause
@@ -166,9 +172,12 @@ def test_work_waits_for_a_pause_in_the_acknowledgements_but_not_for_ever(
     busy = threading.Thread(target=acknowledging)
     busy.start()
     try:
-        during = command("trigger-during")
-        flooded.fake.wait(lambda: len(started) == 2, 10, "the work during a burst")
+        during = [command(f"trigger-during-{n}") for n in range(3)]
+        flooded.fake.wait(lambda: len(ran) == 4, 10, "the work during a burst")
     finally:
         stop.set()
         busy.join()
-    assert started[1] - during >= PATIENCE
+    assert all(started - during[0] >= PATIENCE for started, _ in ran[1:])
+    in_turn = sorted(ran[1:])
+    assert all(ended <= then for (_, ended), (then, _) in pairwise(in_turn)), in_turn
+    assert not listeners.burst.locked()
