@@ -176,9 +176,10 @@ def main(argv: list[str] | None = None) -> int:
 
 READING_GOAL_MS, PLANNING_GOAL_MS = 300.0, 500.0
 # what every command needs before it does anything: the configuration read (pydantic, every
-# adapter's section) and the database library
+# adapter's section) and the database library, pydantic's plugins left alone as runbook does
 FLOOR = "floor: config + sqlalchemy"
-FLOOR_CODE = "import bot.config, bot.store.db; bot.config.load_config(None)"
+FLOOR_CODE = ("import os; os.environ.setdefault('PYDANTIC_DISABLE_PLUGINS', '__all__'); "
+              "import bot.config, bot.store.db; bot.config.load_config(None)")
 COMMANDS: dict[str, list[str]] = {  # the name shown -> the arguments of `runbook`
     "list": ["list"], "describe": ["describe", "drain-node"], "status": ["status", "1"],
     "history": ["history"], "proposals": ["proposals"], "node": ["node", "gpu01"],
