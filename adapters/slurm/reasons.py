@@ -18,6 +18,7 @@ from adapters.slurm.backend import NodeInfo
 PLACEHOLDER = "(execution <this execution>)"  # the mark, as plans show it
 MAX_REASON = 200  # what the bot writes at most (Slurm keeps longer, people read less)
 JOIN = " ++ "
+KEPT = 80  # of another owner's reason at least, when ours is long
 _MARK = re.compile(r"\s*\(execution (\d+)(: failed check)?\)$")
 
 
@@ -61,10 +62,24 @@ def parts(reason: str) -> list[Part]:
     return found
 
 
+def _cut(reason: str, size: int) -> str:
+    """``reason`` in ``size`` characters, a bot's mark at its end kept whole."""
+    if len(reason) <= size:
+        return reason
+    match = _MARK.search(reason)
+    tail = reason[match.start():] if match else ""
+    return reason[:max(0, size - len(tail))].rstrip(" +") + tail
+
+
 def joined(existing: str, ours: str) -> str:
-    """Another owner's reason kept, ours after it; the other's is cut first when too long."""
-    room = MAX_REASON - len(JOIN) - len(ours)
-    return (existing[:max(0, room)].rstrip() + JOIN + ours) if existing else ours
+    """Another owner's reason kept, ours after it, within MAX_REASON: the other's is cut
+    first, but never below KEPT characters (a long verdict of ours would erase why the node
+    was drained), then ours; a cut keeps the mark at the end of either whole."""
+    head = existing.strip()
+    if not head:
+        return ours
+    head = _cut(head, max(KEPT, MAX_REASON - len(JOIN) - len(ours)))
+    return head + JOIN + _cut(ours, MAX_REASON - len(JOIN) - len(head))
 
 
 def without(reason: str, execution_id: int) -> str:

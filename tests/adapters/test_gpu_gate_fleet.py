@@ -15,6 +15,7 @@ import pytest
 from adapters.actions import ActionContext, ActionError
 from adapters.prometheus.backend import PrometheusError, Sample, Series
 from adapters.prometheus.gate import gate_nodes
+from adapters.slurm import reasons
 from adapters.slurm.config import SlurmConfig
 from adapters.slurm.fake import FakeSlurm
 from adapters.slurm.fleet import ResumeBatchesAction, ResumeBatchesArguments
@@ -112,6 +113,23 @@ def test_resume_batches_returns_the_good_nodes_and_keeps_the_failing_one() -> No
     assert "GPU 5 missing" in nodes["gpu02"].reason
     assert nodes["gpu02"].reason.endswith("(execution 9: failed check)")
     assert "LEFT DRAINED: gpu02 (failed the GPU gate:" in result.summary
+
+
+def test_a_long_verdict_keeps_the_reason_the_node_was_drained_for() -> None:
+    """Prometheus timing out under load: a verdict as long as a reason may be. The node's
+    reason must still say why it was drained and why the gate kept it out (sinfo -R)."""
+    fleet = Fleet()
+    fleet.down = PrometheusError(
+        "HTTPConnectionPool(host='prometheus.monitoring.svc', port=9090): Read timed out. "
+        "(read timeout=30) while asking /api/v1/query for DCGM_FI_DEV_GPU_TEMP of the node")
+    slurm, result = resume(fleet)
+    for node in slurm.nodes(NODES):
+        assert node.reason.startswith("rack work (execution 5) ++ GPU telemetry: Prometheus "
+                                      "did not answer (GPU series): HTTPConnectionPool")
+        assert node.reason.endswith("(execution 9: failed check)")
+        assert len(node.reason) <= reasons.MAX_REASON and "DRAIN" in node.flags
+        assert reasons.held_by(node.reason) == {5, 9}
+    assert result.details["resumed"] == []
 
 
 def test_without_prometheus_the_gate_is_refused_at_plan_and_run() -> None:

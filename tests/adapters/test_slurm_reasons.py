@@ -64,6 +64,23 @@ def test_the_grammar_of_the_bot_reasons() -> None:
     assert len(long) == reasons.MAX_REASON and long.endswith(" ++ " + ours)
 
 
+def test_a_verdict_as_long_as_a_reason_does_not_erase_the_one_before_it() -> None:
+    """Ours at MAX_REASON once left "" before the joiner (" ++ GPU telemetry: ..."): the
+    other owner's reason keeps KEPT characters, ours is cut, each one's mark kept whole."""
+    ours = reasons.marked("GPU telemetry: " + "no DCGM error series " * 20, 9, failed_check=True)
+    assert len(ours) == reasons.MAX_REASON
+    kept = reasons.joined(f"{HAND} ++ XID 48 (execution 5)", ours)
+    assert kept.startswith(f"{HAND} ++ XID 48 (execution 5) ++ GPU telemetry: no DCGM")
+    assert kept.endswith("error (execution 9: failed check)")
+    assert len(kept) <= reasons.MAX_REASON
+    assert [(p.execution, p.failed_check) for p in reasons.parts(kept)] == [
+        (None, False), (5, False), (9, True)]
+    cut = reasons.joined("x" * 150 + " (execution 5)", ours)
+    assert len(reasons.parts(cut)[0].text) == reasons.KEPT
+    assert reasons.held_by(cut) == {5, 9} and len(cut) <= reasons.MAX_REASON
+    assert reasons.joined("  ", ours) == ours
+
+
 def test_a_drain_keeps_another_owners_reason_and_adds_its_own() -> None:
     fake = slurm(("gpu02", HAND))
     result = act(DrainAction, fake).run(
