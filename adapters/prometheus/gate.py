@@ -151,17 +151,20 @@ def gate_nodes(backend: PrometheusBackend, expect: dict[str, int], settle: float
                poll: float = 2.0) -> dict[str, str]:
     """The gate over a set of nodes at once (resume-nodes): presence and alerts of each, then
     one watch of all their XID/ECC counters for ``settle``, then presence and alerts again.
-    Returns each failing node's verdict; a node not named passed. Fail closed: Prometheus
-    not answering fails every node still being judged."""
+    Returns each failing node's verdict; a node not named passed. Fail closed: a node
+    without error series fails, and Prometheus not answering fails every node still judged."""
     gates = {node: GpuGate(backend, node, count, poll) for node, count in expect.items()}
     failed = _now_failing(gates)
     judged = [node for node in gates if node not in failed]
     if not judged:
         return failed
     watch = ErrorWatch(backend, judged)
-    try:
-        watch.start()
-        ends = time.monotonic() + settle
+    try:  # a node without error series fails with its own verdict, the others are watched
+        failed.update({node: f"no XID/ECC error series of {node} in Prometheus (its "
+                       "dcgm-exporter not scraped?): its errors cannot be watched"
+                       for node in watch.start(leave_unseen=True)})
+        judged = list(watch.nodes)
+        ends = time.monotonic() + settle if judged else 0.0
         while time.monotonic() < ends and len(failed) < len(gates):
             ctx.checkpoint(f"watching the GPUs of {len(judged)} node(s) settle")
             sleep(max(0.01, ctx.pause(min(poll, ends - time.monotonic()))))

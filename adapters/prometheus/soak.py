@@ -80,14 +80,18 @@ class ErrorWatch:
         seen = {_host(s) for s in samples}
         return samples, [n for n in self.nodes if n not in seen]
 
-    def start(self) -> None:
+    def start(self, leave_unseen: bool = False) -> list[str]:
+        """The baseline. A node without series fails the watch, or with ``leave_unseen``
+        leaves it (each node judged on its own): the nodes left are returned."""
         samples, missing = self._read()
-        if missing:
+        if missing and not leave_unseen:
             raise ActionError(
                 f"no DCGM error series ({', '.join(self.metrics)}) for "
                 f"{hostlist.compress(missing)} in Prometheus: is its dcgm-exporter scraped? "
                 "The soak cannot judge a node it does not see")
+        self.nodes = [n for n in self.nodes if n not in missing]
         self.baseline = {_key(s): s.value for s in samples}
+        return missing
 
     def problems(self) -> list[str]:
         samples, missing = self._read()

@@ -34,6 +34,7 @@ class Fleet:
         self.down: PrometheusError | None = None
         self.error_reads = 0
         self.xid_at_read: tuple[str, int] | None = None  # (node, read): an XID mid-settle
+        self.errorless: set[str] = set()  # nodes whose error series Prometheus has not
 
     def query(self, promql: str, at: datetime | float | None = None, *,
               timeout: float | None = None) -> list[Sample]:
@@ -48,7 +49,8 @@ class Fleet:
             self.xids[self.xid_at_read[0]] = 1.0
         named = set(re.findall(r"[A-Za-z0-9_.]+", promql))
         return [Sample({"Hostname": n, "gpu": "0", "__name__": "DCGM_EXP_XID_ERRORS_COUNT"},
-                       self.xids[n]) for n in self.nodes if n in named]
+                       self.xids[n]) for n in self.nodes
+                if n in named and n not in self.errorless]
 
     def query_range(self, promql: str, start: datetime | float, end: datetime | float,
                     step: float | str, *, timeout: float | None = None) -> list[Series]:
@@ -89,6 +91,21 @@ def test_each_node_is_judged_on_its_own() -> None:
 def test_prometheus_not_answering_fails_every_node() -> None:
     fleet = Fleet()
     fleet.down = PrometheusError("connection refused")
+    assert set(judged(fleet)) == set(NODES)
+
+
+def test_a_node_without_error_series_fails_alone_with_its_own_verdict() -> None:
+    """The bench's loaded lab: one exporter's series gone failed every node with a verdict
+    naming the others (" ++ GPU telemetry: no DCGM error series (...) for gpu[014,...")."""
+    fleet = Fleet()
+    fleet.errorless.add("gpu03")
+    slurm, result = resume(fleet)
+    assert result.details["resumed"] == ["gpu01", "gpu02"]
+    assert slurm.state["gpu03"].reason == (
+        "rack work (execution 5) ++ GPU telemetry: no XID/ECC error series of gpu03 in "
+        "Prometheus (its dcgm-exporter not scraped?): its errors cannot be watched "
+        "(execution 9: failed check)")
+    fleet.errorless.update(NODES)
     assert set(judged(fleet)) == set(NODES)
 
 
