@@ -158,7 +158,7 @@ class Listeners:
         which Slack needs within 3 s, while an answer at response_url may come later: during
         a burst, work waits for a pause of QUIET in them (PATIENCE at most), then, while they
         keep coming, runs one at a time. 50 commands at once on two cores, with the work:
-        acknowledged in 20-45 ms (median) that way, 60-160 ms without."""
+        acknowledged in 20-70 ms (median) that way, 60-160 ms without."""
         deadline = time.monotonic() + PATIENCE
         while (now := time.monotonic()) < deadline and now - self.last_ack < QUIET:
             time.sleep(QUIET)
