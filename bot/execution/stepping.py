@@ -115,7 +115,8 @@ class Stepper:
                                    + (" (retrying)" if retry else ""))
                 if not retry:
                     return error
-                self._pause(claim, ex, step.retry_delay_seconds, phase)
+                if self._pause(claim, ex, step.retry_delay_seconds, phase):
+                    return error  # cancelled while waiting: no further attempt
                 continue
             self._record(claim, ex, step, phase, position, "succeeded", result=result,
                          attempt=attempt)
@@ -123,10 +124,11 @@ class Stepper:
             return None
         return error
 
-    def _pause(self, claim: Claim, ex: Execution, seconds: float, phase: str) -> None:
-        """Wait before a retry, but not past a cancel or a lost claim. The wait is counted in
-        ``sleep`` calls, not read off the clock: an engine given a fake ``sleep`` does not
-        spin (querying the cancel flag) until the real seconds have gone by."""
+    def _pause(self, claim: Claim, ex: Execution, seconds: float, phase: str) -> bool:
+        """Wait before a retry, but not past a cancel or a lost claim; True when a step (not
+        an undo) was cancelled meanwhile, so that no further attempt starts. The wait is
+        counted in ``sleep`` calls, not read off the clock: an engine given a fake ``sleep``
+        does not spin (querying the cancel flag) until the real seconds have gone by."""
         left = seconds
         while left > 0:
             if claim.lost.is_set() or (phase == "do" and self.cancel_requested(ex)):
@@ -134,7 +136,8 @@ class Stepper:
             pause = min(left, WATCH_SECONDS)
             self.sleep(pause)
             left -= pause
-        self.boundary(claim, ex, phase == "undo")
+        cancelled = self.boundary(claim, ex, phase == "undo")
+        return cancelled and phase == "do"
 
     def _invoke(self, claim: Claim, ex: Execution, step: PlannedStep, call: PlannedCall,
                 phase: str, seal: Unsealer) -> ActionResult:

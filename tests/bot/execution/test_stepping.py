@@ -206,6 +206,7 @@ def test_a_cancel_cuts_the_wait_before_a_retry_short(make_bot: BotFactory) -> No
     sleeps = Sleeps(then=lambda: bot.cancel(execution_id, "alice"))
     ex = run(engine_for(bot, sleeps), execution_id)
     assert sleeps.waits == [stepping.WATCH_SECONDS]  # the cancel was seen after one sleep
+    assert fakes.JOURNAL == [("test.flaky", "f")]  # and no attempt started after it
     assert ex.state == "cancelled"
 
 
