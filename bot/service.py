@@ -432,12 +432,19 @@ class Service:
             return self._request(name, raw, user, source, configured, break_glass, extras)
         except (Refused, locking.LockConflict, RunbookError) as exc:
             shown = secrets.scrub_raw(self.known(name), raw)
-            with self.db.begin() as conn:
-                audit.append(conn, Kind.REFUSED, user, {
-                    "runbook": name[:64], "params": {k[:41]: _clip(v) for k, v in shown.items()},
-                    "source": source, "reason": str(exc)[:2000],
-                })
+            self.record_refused(name, user, source, str(exc),
+                                {k[:41]: _clip(v) for k, v in shown.items()})
             raise Refused(str(exc)) from exc
+
+    def record_refused(self, name: str, user: str, source: str, reason: str,
+                       shown: Mapping[str, str] | None = None) -> None:
+        """One ``refused`` audit event for a request refused before it ran (also one a
+        surface refused before asking, like a command line the parser could not read)."""
+        with self.db.begin() as conn:
+            audit.append(conn, Kind.REFUSED, user, {
+                "runbook": name[:64], "params": dict(shown or {}),
+                "source": source, "reason": reason[:2000],
+            })
 
     def _request(self, name: str, raw: Mapping[str, str], user: str, source: str,
                  configured: bool, break_glass: bool, extras: _Extras) -> int:
@@ -713,6 +720,22 @@ class Service:
         with self.db.connect() as conn:
             ex = self._get(conn, execution_id)
             return executions.approvals_for(conn, ex.id, ex.plan_hash)
+
+    def history(self, *, runbook: str | None = None, user: str | None = None,
+                node: str | None = None, limit: int = 200) -> list[Execution]:
+        """Executions, newest first, of this runbook, requester or node (each optional)."""
+        with self.db.connect() as conn:
+            return executions.find(conn, runbook=runbook, user=user, node=node, limit=limit)
+
+    def versions_of(self, name: str) -> list[versions.Version]:
+        """Each recorded version of the runbook ``name``, first seen first."""
+        with self.db.connect() as conn:
+            return versions.listing(conn, name)
+
+    def version_diff(self, name: str, old: str, new: str) -> str:
+        """A unified diff of two recorded versions; KeyError naming one never seen."""
+        with self.db.connect() as conn:
+            return versions.diff(conn, name, old, new)
 
 
 @dataclass(frozen=True)

@@ -247,3 +247,9 @@ def ids_matching(flt: Filter, allowed: Sequence[str] | None) -> Select[Any]:
     """The IDs of the matching executions, as a query to select their audit events by
     (bot.store.audit.events' ``executions_of``)."""
     return matching(flt, allowed, (c.id,))
+
+
+def ids_of_change(change: str) -> Select[Any]:
+    """The IDs of the executions requested with this change reference, as a query like
+    ``ids_matching`` (``runbook audit export --change``)."""
+    return select(c.id).where(c.change == change.strip())

@@ -89,11 +89,9 @@ def _of_change(change: str | None) -> Any:
     """The IDs of the executions requested with this change reference (None: no filter)."""
     if change is None:
         return None
-    from sqlalchemy import select
+    from bot.store import listing
 
-    from bot.store.schema import executions
-
-    return select(executions.c.id).where(executions.c.change == change.strip())
+    return listing.ids_of_change(change)
 
 
 def _archive(engine: Any, args: argparse.Namespace) -> int:

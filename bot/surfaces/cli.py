@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bot.store.words import Kind, State
+from bot.store.words import State
 from bot.surfaces import audit_commands, setup_commands
 
 if TYPE_CHECKING:
@@ -405,7 +405,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         raw = parse_assignments(args.params)
     except ParamError as exc:  # still one audit event for the refused request
-        _refuse(service, args.name, user, str(exc))
+        service.record_refused(args.name, user, "cli", str(exc))
         raise Refused(str(exc)) from exc
     raw = filled(service, args.name, raw)  # NAME=- for a secret: read, not typed on the line
     execution_id = service.request(args.name, raw, user, break_glass=args.break_glass)
@@ -423,12 +423,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _drive(service, execution_id)
 
 
-def _refuse(service: Service, name: str, user: str, reason: str) -> None:
-    from bot.store import audit
-
-    with service.db.begin() as conn:
-        audit.append(conn, Kind.REFUSED, user, {"runbook": name[:64], "params": {},
-                                                "source": "cli", "reason": reason[:2000]})
 
 
 def _drive(service: Service, execution_id: int) -> int:
@@ -503,12 +497,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     import json
 
-    from bot.execution import executions
-
     service = _bot(args)
-    with service.db.connect() as conn:
-        found = executions.find(conn, runbook=args.runbook, user=args.user, node=args.node,
-                                limit=args.limit)
+    found = service.history(runbook=args.runbook, user=args.user, node=args.node,
+                            limit=args.limit)
     if args.json:
         print(json.dumps([_history_row(ex) for ex in found], indent=2))
         return EXIT_OK
@@ -529,13 +520,11 @@ def _history_row(ex: Any) -> dict[str, Any]:
 
 
 def cmd_versions(args: argparse.Namespace) -> int:
-    from bot.runbooks import versions
     from bot.surfaces import json_output
 
     service = _bot(args)
     service.runbooks()
-    with service.db.connect() as conn:
-        found = versions.listing(conn, args.name)
+    found = service.versions_of(args.name)
     if not found:
         raise UsageError(f'the bot has never seen a runbook "{args.name}"')
     if args.json:
@@ -547,15 +536,12 @@ def cmd_versions(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from bot.runbooks import versions
-
     service = _bot(args)
     service.runbooks()
-    with service.db.connect() as conn:
-        try:
-            text = versions.diff(conn, args.name, args.v1, args.v2)
-        except KeyError as exc:
-            raise UsageError(str(exc.args[0])) from None
+    try:
+        text = service.version_diff(args.name, args.v1, args.v2)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
     print(text or f"{args.name} {args.v1} and {args.v2} have the same text")
     return EXIT_OK
 

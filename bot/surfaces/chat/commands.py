@@ -13,7 +13,6 @@ from collections.abc import Callable
 from adapters.actions import ActionError
 from bot import commands
 from bot.alerts import breaker
-from bot.execution import executions
 from bot.execution.planning import approval_policy
 from bot.runbooks.model import STEP_ID
 from bot.runbooks.params import ParamError, params_text
@@ -201,9 +200,8 @@ def _history(service: Service, args: list[str], user: str) -> Reply:
     unknown = set(filters) - {"node", "runbook", "user"}
     if unknown:
         raise _Usage("history [node=NAME] [runbook=NAME] [user=NAME]")
-    with service.db.connect() as conn:
-        found = executions.find(conn, runbook=filters.get("runbook"), user=filters.get("user"),
-                                node=filters.get("node"), limit=20)
+    found = service.history(runbook=filters.get("runbook"), user=filters.get("user"),
+                            node=filters.get("node"), limit=20)
     lines = [f"{ex.id}: {ex.runbook} {ex.state} ({ex.requested_by}, {ex.requested_at[:19]}) "
              f"{params_text(ex.params)}" for ex in found[:20]]
     return Reply("\n".join(lines) or "no executions")
