@@ -12,7 +12,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+# Connection and Engine re-exported: the surfaces name the types from here, never sqlalchemy
+from sqlalchemy import Connection as Connection
+from sqlalchemy import Engine as Engine
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -29,6 +32,11 @@ READ_ONLY = {READ_ONLY_OPTION: True}
 
 class DatabaseError(Exception):
     """The database cannot be reached or prepared; the message says which and why."""
+
+
+def shown_url(url: str) -> str:
+    """The database URL as it may be printed: the password hidden."""
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def now_iso() -> str:

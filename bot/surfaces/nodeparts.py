@@ -18,9 +18,8 @@ from bot.runbooks.inventory import PoolInventory, build, discovery_sources
 from bot.store.recent import SqliteFile, quick_sqlite
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
     from bot.config import Config
+    from bot.store.db import Engine
 
 # The systems the node view reads: adapter name (also its configuration section) -> the
 # module and factory its adapter builds the backend with, imported only when configured.

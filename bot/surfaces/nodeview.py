@@ -21,9 +21,8 @@ from bot.runbooks.params import Inventory
 from bot.store.words import State
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
     from bot.config import Config
+    from bot.store.db import Engine
     from bot.store.recent import SqliteFile
 
 MIG_CONFIG, MIG_STATE = "nvidia.com/mig.config", "nvidia.com/mig.config.state"

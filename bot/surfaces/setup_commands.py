@@ -70,8 +70,6 @@ def cmd_db(args: argparse.Namespace) -> int:
     must be there, except the bot's own state folder of the default database."""
     from pathlib import Path
 
-    from sqlalchemy.engine import make_url
-
     from bot.config import DB_URL_ENV, load_config
     from bot.store import db
 
@@ -80,7 +78,7 @@ def cmd_db(args: argparse.Namespace) -> int:
     if config.database_url is None and not os.environ.get(DB_URL_ENV):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     made = db.init(url)
-    shown = make_url(url).render_as_string(hide_password=True)
+    shown = db.shown_url(url)
     print(f"created the database {shown} (schema {db.HEAD_REVISION})" if made else
           f"the database {shown} is there (schema {db.HEAD_REVISION}): nothing created")
     return EXIT_OK

@@ -10,11 +10,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection
 from starlette.responses import RedirectResponse, Response
 
 from bot.service import Service
 from bot.store import audit, checkpoints, queries
+from bot.store.db import Connection
 from bot.store.words import Kind
 from bot.surfaces.console.app import PREFIX, SECURITY_HEADERS, Ask, PageRoute
 

@@ -8,9 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
-
 from bot.store import audit, queries
+from bot.store.db import Connection
 
 
 @dataclass(frozen=True)

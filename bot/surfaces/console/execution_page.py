@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
 from starlette.responses import Response
 
 from bot.execution import executions
 from bot.execution.executions import Execution
 from bot.runbooks import versions
 from bot.store import queries
+from bot.store.db import Connection
 from bot.store.words import Kind
 from bot.surfaces.console import trail
 from bot.surfaces.console.app import Ask, BadRequest, NotFound, PageRoute

@@ -12,12 +12,10 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from sqlalchemy import Engine
-from sqlalchemy.engine import Connection
 from starlette.responses import Response, StreamingResponse
 
 from bot.store import audit, listing
-from bot.store.db import READ_ONLY
+from bot.store.db import READ_ONLY, Connection, Engine
 from bot.surfaces.console import filters, scope
 from bot.surfaces.console.app import SECURITY_HEADERS, Ask, BadRequest, PageRoute
 from bot.surfaces.console.filters import Filter

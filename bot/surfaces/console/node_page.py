@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Connection
 from starlette.responses import RedirectResponse, Response
 
 from bot.store import queries
+from bot.store.db import Connection
 from bot.surfaces import nodeview
 from bot.surfaces.console.app import PREFIX, SECURITY_HEADERS, Ask, BadRequest, NotFound, PageRoute
 from bot.surfaces.console.scope import visible

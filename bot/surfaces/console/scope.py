@@ -10,10 +10,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection
-
 from bot.config import Config
 from bot.store import listing
+from bot.store.db import Connection
 from bot.surfaces.console.identity import Viewer
 
 MASK = "[hidden]"

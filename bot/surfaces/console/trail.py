@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection
-
 from bot.store import queries
+from bot.store.db import Connection
 from bot.store.words import Kind
 from bot.surfaces.console import chainmarks
 from bot.surfaces.console.scope import masked

@@ -9,9 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine
-
 from bot.store import chatrecord
+from bot.store.db import Engine
 
 KEEP = timedelta(days=2)
 
