@@ -45,6 +45,15 @@ def test_touching_and_contained_ranges() -> None:
     assert hostlist.size("gpu[01-04,02-03,01-04]") == 4
 
 
+def test_a_padded_range_past_its_padding_meets_the_unpadded_names() -> None:
+    """``00-10`` spells 10 as ``10``, as ``9-10`` does: 12 names (``09`` and ``9`` differ),
+    counted so before any is made, so that exactly MAX_NAMES of them still expand."""
+    assert hostlist.size("gpu[00-10,9-10]") == 12
+    assert hostlist.expand("gpu[00-10,9-10]")[-2:] == ["gpu10", "gpu9"]
+    at_the_limit = f"n[00-10,9-10],m[1-{hostlist.MAX_NAMES - 12}]"
+    assert len(hostlist.expand(at_the_limit)) == hostlist.MAX_NAMES
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["gpu", "node", "a.b-"]), st.integers(0, 120),
                           st.sampled_from([1, 2, 3])), min_size=1, max_size=30))
