@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -79,8 +80,9 @@ def serve(service: Service, host: str, port: int, report: Reporter,
           stop: threading.Event | None = None, *, routes: Mapping[str, Route] | None = None,
           tasks: Sequence[Task] = (), elector: Elector | None = None,
           alerts: access.AlertsAccess | None = None,
-          mounts: Mapping[str, web.Asgi] | None = None) -> None:
-    """Serve HTTP and run the engine and ``tasks`` until ``stop`` is set.
+          mounts: Mapping[str, web.Asgi] | None = None, stop_seconds: float = 30.0) -> None:
+    """Serve HTTP and run the engine and ``tasks`` until ``stop`` is set; then wait for the
+    tasks' threads ``stop_seconds`` in all.
 
     ``alerts``: how POST /alerts is guarded; default from the configuration and the
     environment (access.alerts_access: AlertsAuthError, before anything starts, when /alerts
@@ -120,8 +122,19 @@ def serve(service: Service, host: str, port: int, report: Reporter,
     finally:  # stop accepting, let the requests in flight finish; the leadership is given
         stop.set()  # up by leadership.run as it ends
         server.stop()
-        for thread in threads:
-            thread.join(timeout=30)
+        _join(threads, stop_seconds)
+
+
+def _join(threads: Sequence[threading.Thread], seconds: float) -> None:
+    """Wait for the tasks' threads, ``seconds`` in all (not each: a pod has its grace period);
+    one still running is named in the log and left to the process's exit (daemon)."""
+    deadline = time.monotonic() + seconds
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    busy = [thread.name for thread in threads if thread.is_alive()]
+    if busy:
+        _log.warning("stopping: still running %gs after the stop, left to the exit: %s",
+                     seconds, ", ".join(busy))
 
 
 def application(service: Service, routes: Mapping[str, Route] | None = None, *,

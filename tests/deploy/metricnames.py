@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from adapters.prometheus.template import tokens
 from tests.bot.runtime.test_access import free_port, serve_env
 from tests.bot.runtime.test_drift_metrics import RUNBOOK, make_bot
+from tests.processes import stopped
 from tests.runbooks.reporthelp import report_summary
 
 # names in PromQL that are no metric (keywords; functions and aggregations are followed by "(")
@@ -89,8 +90,7 @@ def serve_metrics(folder: Path) -> str:
                 assert time.monotonic() < deadline, "runbook serve did not answer /metrics"
                 time.sleep(0.1)
     finally:
-        server.terminate()
-        server.communicate(timeout=30)
+        stopped(server)
 
 
 @pytest.fixture

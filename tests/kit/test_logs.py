@@ -24,6 +24,7 @@ from kit import logs
 from tests.bot import fakes
 from tests.bot.runtime.test_access import free_port, post_alerts, serve_env, serve_until_up
 from tests.conftest import BotFactory
+from tests.processes import stopped
 
 
 @pytest.fixture
@@ -127,8 +128,7 @@ def test_serve_in_json_writes_only_objects_on_stderr(tmp_path: Path) -> None:
     try:
         status = post_alerts(port, None)
     finally:
-        server.terminate()
-        out, err = server.communicate(timeout=30)
+        out, err = stopped(server)
     assert status == 200
     records = [json.loads(line) for line in err.splitlines()]
     said = [(r["level"], r["logger"], r["message"]) for r in records]

@@ -20,6 +20,7 @@ from bot.config import ConfigError, ServerConfig, load_config
 from bot.runtime import access
 from bot.runtime.access import AlertsAuthError, alerts_access
 from bot.store import db
+from tests.processes import FAULTHANDLER, stopped
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 RUNBOOK = [sys.executable, "-m", "bot"]
@@ -121,7 +122,7 @@ def test_bearer_problem_compares_the_header() -> None:
 def bare_serve_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The defaults under a temporary state folder, with no database yet."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNBOOK_")}
-    env.update(XDG_STATE_HOME=str(tmp_path / "state"), **extra)
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), **FAULTHANDLER, **extra)
     return env
 
 
@@ -190,8 +191,7 @@ def test_serve_on_loopback(tmp_path: Path, token: str | None) -> None:
         unauthenticated = post_alerts(port, None)
         authenticated = post_alerts(port, f"Bearer {TOKEN}")
     finally:
-        server.terminate()
-        out, err = server.communicate(timeout=30)
+        out, err = stopped(server)
     warnings = [line for line in err.splitlines() if "/alerts is not authenticated" in line]
     if token is None:
         assert (unauthenticated, authenticated) == (200, 200)

@@ -30,6 +30,7 @@ from bot.execution.engine import silent
 from bot.runtime import access, serving
 from bot.runtime.httpserver import HttpServer, ListenError, Settings
 from bot.runtime.serving import application
+from bot.runtime.tasks import Task
 from bot.runtime.web import Response, json_response
 from tests.bot.runtime.test_web import (
     TOKEN,
@@ -260,6 +261,26 @@ def test_serve_finishes_the_request_in_flight_and_gives_the_leadership_up_on_sto
         thread.join(10)
     assert (answer.status, failures, thread.is_alive()) == (200, [], False)
     assert elector.released.is_set()
+
+
+def test_serve_stops_waiting_for_a_task_that_ignores_the_stop_and_names_it(
+        make_bot: BotFactory, caplog: pytest.LogCaptureFixture) -> None:
+    stuck, stop = threading.Event(), threading.Event()
+
+    def ignores_the_stop(_stop: threading.Event) -> None:
+        stuck.wait(30)
+
+    task = Task("stuck-task", ignores_the_stop, leader_only=False)
+    stop.set()  # at once: serve starts, then stops
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="bot.runtime.serving"):
+        serving.serve(make_bot({}, server={"shutdown_grace_seconds": 1}), "127.0.0.1",
+                      free_port(), silent, stop, tasks=[task], elector=FakeElector(),
+                      alerts=access.AlertsAccess((TOKEN,)), stop_seconds=0.5)
+    waited = time.monotonic() - started
+    stuck.set()
+    assert waited < 10, waited  # 0.5 s for the tasks in all, not 30 each
+    assert "left to the exit: stuck-task" in caplog.text
 
 
 def test_serve_on_a_port_in_use_fails_and_gives_the_leadership_up(

@@ -35,6 +35,7 @@ from tests.bot.surfaces.console.seeded import (
     seed,
 )
 from tests.conftest import LAB_USERS, NODES, BotFactory
+from tests.processes import FAULTHANDLER, stopped
 
 RUNBOOK = [sys.executable, "-m", "bot"]
 SINCE, UNTIL = "2026-11-30T08:04:00Z", "2026-11-30T08:11"
@@ -275,7 +276,7 @@ def test_a_download_from_runbook_serve_is_byte_identical_to_runbook_audit_export
         "runbook_paths": [str(empty)],  # none: the test's actions exist only in here
         "inventory": {"nodes": NODES}, "console": CONSOLE}))
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("RUNBOOK_")},
-           "RUNBOOK_CONFIG": str(config)}
+           "RUNBOOK_CONFIG": str(config), **FAULTHANDLER}
     port = free_port()
     server = subprocess.Popen([*RUNBOOK, "serve", "--port", str(port)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -293,8 +294,7 @@ def test_a_download_from_runbook_serve_is_byte_identical_to_runbook_audit_export
             assert headers["transfer-encoding"] == "chunked"  # streamed
             assert "since-" in headers["content-disposition"]
     finally:
-        server.terminate()
-        server.communicate(timeout=30)
+        stopped(server)
 
 
 def _wait_for(port: int, server: subprocess.Popen[str]) -> None:
