@@ -6,6 +6,7 @@ the start creates no database, and runtime imports no surface to do it.
 
 from __future__ import annotations
 
+import gc
 import signal
 from pathlib import Path
 from typing import Any
@@ -57,3 +58,17 @@ def test_a_refused_start_creates_nothing(tmp_path: Path) -> None:
         startup.run(config, Options(init_db=True), Service.from_config, lambda s: [])
     logs.uninstall()
     assert not (tmp_path / "bot.db").exists()
+
+
+def test_what_the_start_made_is_frozen_before_serving(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    frozen: list[int] = []
+    monkeypatch.setattr(startup, "serve", lambda *args, **kw: frozen.append(gc.get_freeze_count()))
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # pytest keeps its SIGTERM
+    gc.unfreeze()
+    try:
+        startup.run(_config(tmp_path), Options(port=9999), Service.from_config, lambda s: [])
+    finally:
+        logs.uninstall()
+        gc.unfreeze()  # this test process collects as before
+    assert frozen and frozen[0] > 10_000, frozen  # the modules' and models' objects at least
