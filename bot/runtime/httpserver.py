@@ -29,6 +29,7 @@ _log = logging.getLogger(__name__)
 # the request line and headers while they arrive in pieces (h11 answers 400 beyond); headers
 # that arrive at once are bounded by bot.runtime.web.HeaderLimit (431)
 MAX_HEADER_BYTES = web.MAX_HEADER_BYTES
+STOP_SLACK = 5.0  # on stop, beyond the grace, for uvicorn's thread to end
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ class HttpServer:
     def stop(self) -> None:
         """Stop accepting; let requests in flight finish (up to ``grace``); then return."""
         self.server.should_exit = True
-        self.thread.join(self.grace + 5)
+        self.thread.join(self.grace + STOP_SLACK)
         self.socket.close()
 
 

@@ -28,6 +28,7 @@ from bot.service import Service
 MAX_BODY = access.MAX_BODY  # bytes: a larger request body is refused with 413
 
 _log = logging.getLogger(__name__)
+TASKS_STOP_SECONDS = 30.0  # on stop, the tasks' threads get this long in all
 
 
 def health(service: Service, leadership: Callable[[], Mapping[str, Any]] | None) -> Response:
@@ -80,7 +81,8 @@ def serve(service: Service, host: str, port: int, report: Reporter,
           stop: threading.Event | None = None, *, routes: Mapping[str, Route] | None = None,
           tasks: Sequence[Task] = (), elector: Elector | None = None,
           alerts: access.AlertsAccess | None = None,
-          mounts: Mapping[str, web.Asgi] | None = None, stop_seconds: float = 30.0) -> None:
+          mounts: Mapping[str, web.Asgi] | None = None,
+          stop_seconds: float = TASKS_STOP_SECONDS) -> None:
     """Serve HTTP and run the engine and ``tasks`` until ``stop`` is set; then wait for the
     tasks' threads ``stop_seconds`` in all.
 

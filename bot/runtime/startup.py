@@ -7,6 +7,7 @@ the Slack app, the console), built from the service by a function it passes.
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import logging
 import os
@@ -19,8 +20,8 @@ from dataclasses import dataclass, field
 from bot.config import Config
 from bot.execution.engine import Reporter
 from bot.runtime.access import AlertsAuthError, alerts_access
-from bot.runtime.httpserver import ListenError
-from bot.runtime.serving import serve
+from bot.runtime.httpserver import STOP_SLACK, ListenError
+from bot.runtime.serving import TASKS_STOP_SECONDS, serve
 from bot.runtime.shipping import ShippingSetupError, ship_tasks
 from bot.runtime.tasks import Task, checkpoint_task, intake_task, scheduler_task
 from bot.runtime.web import Asgi, Route
@@ -87,12 +88,30 @@ def run(config: Config, options: Options, service_of: Callable[[Config], Service
     settle_heap()
     stop = threading.Event()  # SIGTERM (a pod stopping): give the leadership up, then exit
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGTERM, on_sigterm(stop, exit_deadline(config)))
     try:
         serve(service, host, port, _reporter(plugins), stop, routes=routes, tasks=tasks,
               alerts=alerts, mounts=mounts)
     except ListenError as exc:
         raise StartError(str(exc)) from None
+
+
+def exit_deadline(config: Config) -> float:
+    """Seconds after SIGTERM by which serve has ended whatever it waits for: the requests'
+    grace, the HTTP server's thread, the tasks' threads, and 2 s for the exit itself."""
+    return config.server.shutdown_grace_seconds + STOP_SLACK + TASKS_STOP_SECONDS + 2
+
+
+def on_sigterm(stop: threading.Event, deadline: float) -> Callable[..., None]:
+    """Stop; and should the process still run ``deadline`` seconds later (a thread that
+    never ends, an exit that waits on one), write every thread's stack to stderr and exit 1,
+    as a kill would end it (leases run out, another engine takes over), with the reason in
+    the log and before the pod's grace period ends."""
+    def handler(*_: object) -> None:
+        stop.set()
+        faulthandler.dump_traceback_later(deadline, exit=True)
+
+    return handler
 
 
 def settle_heap() -> None:

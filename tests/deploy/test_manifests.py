@@ -20,6 +20,7 @@ import yaml
 
 from bot.config import Config, shipped_runbooks
 from bot.runtime.access import TOKEN_ENV, AlertsAuthError, alerts_access
+from bot.runtime.startup import exit_deadline
 from tests.deploy.kustomize import KUSTOMIZE, OVERLAYS, REPO, render
 
 NAMESPACE = "gpu-runbook-bot"
@@ -234,6 +235,8 @@ def test_the_configuration_is_one_the_bot_accepts(
     with pytest.raises(AlertsAuthError, match=TOKEN_ENV):
         alerts_access(config.server, host, {})
     assert not SECRET_LOOKING.search(config_map["data"]["config.yaml"])
+    # SIGTERM: serve ends, or writes its stacks and exits, before the kubelet's SIGKILL
+    assert spec["terminationGracePeriodSeconds"] > exit_deadline(config)
 
 
 def test_prometheus_rules(rendered: tuple[str, list[dict[str, Any]]], tmp_path: Path) -> None:

@@ -6,8 +6,13 @@ the start creates no database, and runtime imports no surface to do it.
 
 from __future__ import annotations
 
+import faulthandler
 import gc
+import os
 import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +77,48 @@ def test_what_the_start_made_is_frozen_before_serving(tmp_path: Path,
         logs.uninstall()
         gc.unfreeze()  # this test process collects as before
     assert frozen and frozen[0] > 10_000, frozen  # the modules' and models' objects at least
+
+
+def test_sigterm_stops_and_arms_an_exit_with_the_stacks_after_the_deadline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    handlers: dict[int, Any] = {}
+    stops: list[threading.Event] = []
+    armed: list[tuple[float, bool]] = []
+    monkeypatch.setattr(startup, "serve", lambda service, host, port, report, stop, **kw:
+                        stops.append(stop))
+    monkeypatch.setattr(signal, "signal",
+                        lambda number, handler: handlers.update({number: handler}))
+    monkeypatch.setattr(faulthandler, "dump_traceback_later",
+                        lambda seconds, exit=False: armed.append((seconds, exit)))
+    config = _config(tmp_path, server={"shutdown_grace_seconds": 20})
+    startup.run(config, Options(port=9999), Service.from_config, lambda s: [])
+    logs.uninstall()
+    assert not stops[0].is_set() and armed == []
+    handlers[signal.SIGTERM](signal.SIGTERM, None)
+    assert stops[0].is_set()
+    assert armed == [(57.0, True)]  # 20 s grace + 5 s for uvicorn + 30 s for the tasks + 2
+    assert startup.exit_deadline(config) == 57.0
+
+
+WATCHDOG = """
+import signal, threading, time
+from bot.runtime.startup import on_sigterm
+signal.signal(signal.SIGTERM, on_sigterm(threading.Event(), 1))
+threading.Thread(target=time.sleep, args=(60,), name="never-ends").start()
+print("up", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_process_still_running_at_the_deadline_writes_its_stacks_and_exits() -> None:
+    child = subprocess.Popen([sys.executable, "-c", WATCHDOG], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "up\n"
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert child.returncode == 1, err
+    assert "Timeout (0:00:01)!" in err and err.count("Thread 0x") == 2, err  # both threads
+    assert 'File "<string>", line 7' in err, err  # the main thread, where it waits
