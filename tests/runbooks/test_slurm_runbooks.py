@@ -98,12 +98,19 @@ def wait_for_event(bot: Service, execution_id: int, kind: str, step: str | None 
 
 
 def resume_everything(lab: Lab, *nodes: str) -> None:
+    """Back as the lab started, answering: Slurm marks a node it just resumed NOT_RESPONDING
+    until its next ping (about half a second here), and a capacity guard reading it then
+    counts its GPUs out."""
     for name in nodes:
         lab.run("scontrol", "update", f"NodeName={name}", "State=RESUME")
         lab.lab("fault", name, "clear")
     for line in reservations(lab).splitlines():
         if line.startswith("ReservationName="):
             lab.run("scontrol", "delete", f"ReservationName={line.split()[0].split('=')[1]}")
+    deadline = time.monotonic() + 30
+    while any("NOT_RESPONDING" in node(lab, name)["state"] for name in nodes):
+        assert time.monotonic() < deadline, f"{nodes} still not responding 30 s after RESUME"
+        time.sleep(0.2)
 
 
 def test_drain_node_then_resume_node(lab: Lab, bot: Service) -> None:
