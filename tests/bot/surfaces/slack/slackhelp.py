@@ -169,7 +169,7 @@ def standalone_fake(folder: Path) -> Iterator[tuple[FakeSlack, SlackSecrets]]:
                             stderr=subprocess.DEVNULL)
     fake = FakeSlack(f"http://127.0.0.1:{port}")
     try:
-        fake.wait(lambda: _answers(fake.url + "/_lab/health"), 15, "the Slack fake to start")
+        fake.wait(lambda: answers(fake.url + "/_lab/health"), 15, "the Slack fake to start")
         yield fake, SlackSecrets(bot_token=tokens["bot_token"],
                                  signing_secret=secrets.token_hex(16), app_token=None,
                                  api_url=fake.url + "/api/", mode="http")
@@ -178,7 +178,8 @@ def standalone_fake(folder: Path) -> Iterator[tuple[FakeSlack, SlackSecrets]]:
         proc.wait(10)
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
+    """True when ``url`` answers (any status below 400) within a second."""
     try:
         urllib.request.urlopen(url, timeout=1).close()
         return True

@@ -18,7 +18,13 @@ from bot.config import EngineConfig, load_config
 from bot.service import Service
 from bot.store import audit
 from bot.store.schema import executions as executions_table
-from tests.bot.surfaces.slack.slackhelp import FakeSlack, SlackClientSide, serving, slack_secrets
+from tests.bot.surfaces.slack.slackhelp import (
+    FakeSlack,
+    SlackClientSide,
+    answers,
+    serving,
+    slack_secrets,
+)
 from tests.lab.fixture import Lab
 
 pytestmark = pytest.mark.lab
@@ -414,7 +420,7 @@ def test_runbook_serve_in_http_mode_keeps_secrets_out_of_its_output(
                                  env=env, stdout=out, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL)
     try:
-        fake.wait(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), message="serve up")
+        fake.wait(lambda: answers(f"http://127.0.0.1:{port}/healthz"), message="serve up")
         side = SlackClientSide(f"http://127.0.0.1:{port}/slack/events",
                                lab.env["SLACK_SIGNING_SECRET"], fake)
         status, _, _ = side.command("list", ALICE)
@@ -430,13 +436,3 @@ def test_runbook_serve_in_http_mode_keeps_secrets_out_of_its_output(
     assert "Slack in http mode" in output and "/slack/events" in output
     for secret in slack_secrets(lab, socket=True).values():
         assert secret not in output
-
-
-def _answers(url: str) -> bool:
-    import urllib.request
-
-    try:
-        urllib.request.urlopen(url, timeout=1).close()
-        return True
-    except OSError:
-        return False
