@@ -106,10 +106,15 @@ def on_sigterm(stop: threading.Event, deadline: float) -> Callable[..., None]:
     """Stop; and should the process still run ``deadline`` seconds later (a thread that
     never ends, an exit that waits on one), write every thread's stack to stderr and exit 1,
     as a kill would end it (leases run out, another engine takes over), with the reason in
-    the log and before the pod's grace period ends."""
+    the log and before the pod's grace period ends. A second SIGTERM does not move the
+    deadline further away."""
+    armed = threading.Event()
+
     def handler(*_: object) -> None:
         stop.set()
-        faulthandler.dump_traceback_later(deadline, exit=True)
+        if not armed.is_set():
+            armed.set()
+            faulthandler.dump_traceback_later(deadline, exit=True)
 
     return handler
 

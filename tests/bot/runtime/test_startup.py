@@ -97,6 +97,8 @@ def test_sigterm_stops_and_arms_an_exit_with_the_stacks_after_the_deadline(
     handlers[signal.SIGTERM](signal.SIGTERM, None)
     assert stops[0].is_set()
     assert armed == [(57.0, True)]  # 20 s grace + 5 s for uvicorn + 30 s for the tasks + 2
+    handlers[signal.SIGTERM](signal.SIGTERM, None)  # a second SIGTERM, later
+    assert armed == [(57.0, True)]  # the deadline stays where the first put it
     assert startup.exit_deadline(config) == 57.0
 
 
